@@ -1,0 +1,66 @@
+"""The documentation site: every page exists in both languages and it builds strictly.
+
+Pages use the mkdocs-static-i18n *suffix* layout: ``page.md`` is English and
+``page.es.md`` is its Spanish twin.  A page without its twin would silently
+fall back to the other language, so it is a test failure here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+SECOND_LANGUAGE = "es"
+
+
+def _twin(page: Path) -> Path:
+    """``x.md`` <-> ``x.es.md``."""
+    suffix = f".{SECOND_LANGUAGE}.md"
+    if page.name.endswith(suffix):
+        return page.with_name(page.name[: -len(suffix)] + ".md")
+    return page.with_name(page.name[: -len(".md")] + suffix)
+
+
+def _pages() -> list[Path]:
+    return sorted(DOCS.rglob("*.md"))
+
+
+def test_docs_exist() -> None:
+    assert (DOCS / "index.md").is_file(), "docs/index.md is missing"
+
+
+def test_every_page_has_its_twin() -> None:
+    missing = [
+        f"{page.relative_to(ROOT)} has no {_twin(page).relative_to(ROOT)}"
+        for page in _pages()
+        if not _twin(page).is_file()
+    ]
+    assert not missing, "pages without their other-language twin:\n" + "\n".join(missing)
+
+
+def test_mkdocs_build_strict(tmp_path: Path) -> None:
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("mkdocs is not installed (it comes with the 'dev' extra: pip install -e '.[dev]')")
+    site = tmp_path / "site"
+    # Run from the repository root: pymdownx.snippets resolves included files
+    # (base_path ".") relative to the working directory.
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+         "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
+    # Both languages were built, and the Spanish home page is really Spanish.
+    assert (site / "index.html").is_file()
+    spanish_home = site / SECOND_LANGUAGE / "index.html"
+    assert spanish_home.is_file(), "the Spanish site was not built"
+    assert 'lang="es"' in spanish_home.read_text(encoding="utf-8")
