@@ -1,0 +1,64 @@
+"""How a run ends, as a small exception hierarchy.
+
+Two families, never mixed up:
+
+* ``Recoverable`` errors go back to the model as an observation (a tool said
+  no, a tool took too long); the loop carries on.
+* ``Terminal`` errors end the run; each carries the ``stop_reason`` the user
+  sees.  Handlers catch the narrowest class they mean, so a cap hit is never
+  reported as a server failure.
+"""
+
+from __future__ import annotations
+
+
+class Recoverable(Exception):
+    """The model can do something about this: show it and continue."""
+
+
+class ToolError(Recoverable):
+    """The tool answered with an error (bad arguments, unknown verb...)."""
+
+
+class ToolTimeout(Recoverable):
+    """The tool did not answer within its per-call timeout."""
+
+
+class Terminal(Exception):
+    """The run is over. ``stop_reason`` names why, for the outcome and trace."""
+
+    stop_reason = "terminal"
+
+
+class CapHit(Terminal):
+    """A loop limit was reached: the run ends with a graceful fallback."""
+
+
+class TurnCapHit(CapHit):
+    stop_reason = "max_turns"
+
+
+class ToolCallCapHit(CapHit):
+    stop_reason = "max_tool_calls"
+
+
+class CallBudgetExhausted(CapHit):
+    stop_reason = "call_budget"
+
+
+class WallClockExceeded(CapHit):
+    stop_reason = "wall_clock"
+
+
+class AutoContinueLimit(CapHit):
+    stop_reason = "auto_continue_limit"
+
+
+class Cancelled(Terminal):
+    stop_reason = "cancelled"
+
+
+class ServerFailed(Terminal):
+    """The MCP server died or the connection broke: not a cap, a real failure."""
+
+    stop_reason = "server_failed"

@@ -1,0 +1,451 @@
+"""A small synchronous MCP client for the conjugation server, orphan-free by design.
+
+The agent loop is plain synchronous code; the MCP SDK is async.  The bridge:
+
+* one daemon thread per client runs an asyncio event loop;
+* one long-lived coroutine in it holds the SDK's ``stdio_client`` (which
+  spawns ``python -m miniagent.server``) and ``ClientSession`` open;
+* each :meth:`MCPClient.call` submits ``session.call_tool`` to that loop with
+  ``asyncio.run_coroutine_threadsafe`` and waits on the future with a
+  timeout.  On timeout the future is cancelled, so the next call starts
+  clean and times out on its own clock too: a wedged server can never hang
+  the caller.
+
+How the SDK runs the server (mcp 2.x, ``mcp/client/stdio.py``): the child is
+started with ``start_new_session=True``, i.e. in its own session and process
+group (pgid == pid).  So a Ctrl-C in the terminal does NOT reach the server:
+the client has to stop it.  On exit the SDK closes the server's stdin, waits
+up to 2 s for it to exit, then SIGTERMs the process group and SIGKILLs it
+2 s later.  A healthy server exits within milliseconds of stdin EOF; a
+wedged one (see ``--hang-on``) ignores EOF, so that path would take 2-4 s.
+:meth:`MCPClient.close` therefore signals the group itself after a short
+grace (immediately if a call already went unanswered), which bounds close
+to about half a second for a wedged server.
+
+The SDK does not expose the child process, so the pid is found with psutil:
+the client passes a unique token in the server's environment and picks the
+descendant carrying it (and leading its own process group).
+
+Failures map onto :mod:`miniagent.errors`: an ``isError`` tool result is a
+:class:`ToolError`, no answer in time is a :class:`ToolTimeout` (both
+recoverable), and a dead process or a broken connection is
+:class:`ServerFailed` (terminal).
+
+Imports of the SDK happen in :meth:`MCPClient.start`, so importing this module
+(for instance just for :func:`install_sigterm_handler`) is cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+import weakref
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TextIO
+
+from .errors import ServerFailed, ToolError, ToolTimeout
+
+if TYPE_CHECKING:  # pragma: no cover
+    import psutil
+    from mcp.client.session import ClientSession
+
+SERVER_MODULE = "miniagent.server"
+# The environment variable that marks "our" server among this process's descendants.
+TOKEN_ENV = "MINIAGENT_SERVER_TOKEN"
+# Generous: a cold start imports the SDK and pydantic (about a second on a slow
+# machine).  A server that dies during startup fails fast anyway (EOF).
+STARTUP_TIMEOUT = 20.0
+# A healthy server exits within milliseconds of stdin EOF; past this it is
+# presumed wedged and gets SIGTERM.
+EXIT_GRACE = 0.5
+# After SIGTERM, before SIGKILL.  Python dies at once on SIGTERM (no handler),
+# so this only matters for something that traps it.
+KILL_GRACE = 1.0
+# How long close() waits for the SDK to notice the death and unwind.
+UNWIND_TIMEOUT = 3.0
+_POLL = 0.01
+
+# Every client not yet closed, so interpreter exit closes the forgotten ones.
+_live_clients: "weakref.WeakSet[MCPClient]" = weakref.WeakSet()
+
+
+def _close_live_clients() -> None:
+    for client in list(_live_clients):
+        client.close()
+
+
+atexit.register(_close_live_clients)
+
+
+# --------------------------------------------------------------------------
+# Process helpers (psutil is imported lazily: it is only needed once a server runs)
+# --------------------------------------------------------------------------
+
+
+def _alive(proc: psutil.Process | None) -> bool:
+    """Running and not a zombie (a killed child stays a zombie until reaped)."""
+    import psutil
+
+    if proc is None:
+        return False
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _find_server_process(token: str) -> psutil.Process | None:
+    """The descendant whose environment carries ``token``: the server we spawned."""
+    import psutil
+
+    marked = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.environ().get(TOKEN_ENV) == token:
+                marked.append(child)
+        except psutil.Error:
+            continue
+    # The SDK's child leads its own process group; anything it spawned in turn
+    # (a wrapper's grandchild) would inherit the token but not the leadership.
+    for proc in marked:
+        try:
+            if os.getpgid(proc.pid) == proc.pid:
+                return proc
+        except OSError:
+            continue
+    return marked[0] if marked else None
+
+
+def _signal_group(proc: psutil.Process, sig: int) -> None:
+    """Signal the server's whole process group (it leads one: start_new_session)."""
+    import psutil
+
+    try:
+        if not proc.is_running():  # also guards against pid reuse (create-time check)
+            return
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+    except (ProcessLookupError, PermissionError, psutil.Error):
+        pass
+
+
+def _stop_process(proc: psutil.Process | None, *, grace: float = KILL_GRACE) -> None:
+    """SIGTERM, wait up to ``grace``, then SIGKILL.  Never reaps: the SDK's loop does."""
+    if not _alive(proc):
+        return
+    assert proc is not None
+    _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _alive(proc) and time.monotonic() < deadline:
+        time.sleep(_POLL)
+    if _alive(proc):
+        _signal_group(proc, signal.SIGKILL)
+
+
+def _errlog() -> TextIO:
+    """A stderr the child can inherit (it needs a real file descriptor)."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    return open(os.devnull, "w")  # noqa: SIM115 - lives as long as the server
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """Unwrap the single-exception groups anyio task groups put around errors."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+# --------------------------------------------------------------------------
+# The client
+# --------------------------------------------------------------------------
+
+
+class MCPClient:
+    """Start the conjugation server, call its tools synchronously, and always stop it.
+
+    Use it as a context manager; leaving the ``with`` block for any reason
+    (normal exit, exception, Ctrl-C, SIGTERM via :func:`install_sigterm_handler`)
+    stops the server process.
+    """
+
+    def __init__(
+        self,
+        *,
+        delay: float = 0.0,
+        hang_on: str | None = None,
+        timeout: float = 2.0,
+        python: str = sys.executable,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        if delay < 0:
+            raise ValueError(f"delay must be >= 0, got {delay}")
+        self.delay = delay
+        self.hang_on = hang_on or None
+        self.timeout = timeout
+        self.python = python
+        self.env = dict(env or {})
+        self._token = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._started = False
+        self._close_started = False
+        self._closing = threading.Event()  # read by the loop thread during startup
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._session: ClientSession | None = None
+        self._proc: psutil.Process | None = None
+        # Set once a call went unanswered: close() then skips the EOF grace.
+        self._unanswered = False
+        self._failure: BaseException | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def __enter__(self) -> MCPClient:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def server_pid(self) -> int | None:
+        """Pid of the server process; kept after close() so callers can check it is gone."""
+        return self._proc.pid if self._proc is not None else None
+
+    def _server_args(self) -> list[str]:
+        args = ["-m", SERVER_MODULE]
+        if self.delay > 0:
+            args += ["--delay", repr(float(self.delay))]
+        if self.hang_on:
+            args += ["--hang-on", self.hang_on]
+        return args
+
+    def _server_env(self) -> dict[str, str]:
+        # The SDK passes the child only a few safe variables (PATH, HOME, ...)
+        # plus these.  PYTHONPATH points at the package this module came from,
+        # so the server runs the same code as the client, installed or not.
+        src = str(Path(__file__).resolve().parent.parent)
+        inherited = os.environ.get("PYTHONPATH")
+        env = {"PYTHONPATH": src + (os.pathsep + inherited if inherited else "")}
+        env.update(self.env)
+        env[TOKEN_ENV] = self._token
+        return env
+
+    def start(self) -> MCPClient:
+        """Spawn the server and initialize the session; idempotent."""
+        with self._lock:
+            if self._close_started:
+                raise RuntimeError("this MCPClient was closed; create a new one")
+            if self._started:
+                return self
+            self._started = True
+        from mcp.client.stdio import StdioServerParameters
+
+        params = StdioServerParameters(command=self.python, args=self._server_args(), env=self._server_env())
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        _live_clients.add(self)
+        self._thread = threading.Thread(target=self._run_loop, args=(params, ready), name="mcp-client", daemon=True)
+        self._thread.start()
+        try:
+            ready.result(timeout=STARTUP_TIMEOUT)
+        except BaseException as exc:
+            # __exit__ is not called when __enter__ fails, so clean up here:
+            # this also covers Ctrl-C while the server is starting.
+            self.close()
+            if not isinstance(exc, Exception):
+                raise
+            if isinstance(exc, TimeoutError):
+                raise ServerFailed(f"the MCP server did not start within {STARTUP_TIMEOUT:g} s") from None
+            cause = _root_cause(exc)
+            command = " ".join([self.python, *self._server_args()])
+            raise ServerFailed(
+                f"could not start the MCP server ({command}): {type(cause).__name__}: {cause} "
+                "(the server's own stderr, if any, is above)"
+            ) from exc
+        return self
+
+    def _run_loop(self, params: Any, ready: concurrent.futures.Future[None]) -> None:
+        """Body of the daemon thread: one event loop for the client's whole life."""
+        try:
+            asyncio.run(self._hold_session(params, ready))
+        except BaseException as exc:  # the thread must not die with a traceback on stderr
+            if not ready.done():
+                ready.set_exception(_root_cause(exc))
+            else:  # the session broke after startup; later calls report why
+                self._failure = _root_cause(exc)
+        finally:
+            if not ready.done():
+                ready.set_exception(ServerFailed("the MCP session ended during startup"))
+
+    async def _hold_session(self, params: Any, ready: concurrent.futures.Future[None]) -> None:
+        """Open transport + session, report ready, then wait until close() says stop."""
+        from mcp.client.session import ClientSession
+        from mcp.client.stdio import stdio_client
+
+        # Event first, loop second: close() reads the loop, then sets the event.
+        self._stop_event = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        if self._closing.is_set():  # closed before we even spawned
+            return
+        async with stdio_client(params, errlog=_errlog()) as (read_stream, write_stream):
+            self._proc = _find_server_process(self._token)
+            async with ClientSession(read_stream, write_stream) as session:
+                await session.initialize()
+                self._session = session
+                if not ready.done():
+                    ready.set_result(None)
+                # Leaving these `async with` blocks is the SDK's shutdown:
+                # close stdin, wait, then terminate the group.
+                await self._stop_event.wait()
+
+    def close(self) -> None:
+        """Stop the server and the loop thread; idempotent, bounded (~0.5 s if wedged)."""
+        with self._lock:
+            if self._close_started:
+                return
+            self._close_started = True
+        _live_clients.discard(self)
+        self._closing.set()
+        thread = self._thread
+        if thread is None:
+            return
+        try:
+            loop, stop_event = self._loop, self._stop_event
+            if loop is not None and stop_event is not None:
+                try:
+                    loop.call_soon_threadsafe(stop_event.set)
+                except RuntimeError:  # loop already closed: the session is over
+                    pass
+            # A healthy server exits on stdin EOF and the thread ends by itself.
+            # One that left a call unanswered is presumed wedged: no grace.
+            thread.join(0.0 if self._unanswered else EXIT_GRACE)
+            if thread.is_alive():
+                _stop_process(self._proc)
+                thread.join(UNWIND_TIMEOUT)
+        except BaseException:
+            # Interrupted while closing (a second Ctrl-C): never leave the server behind.
+            _stop_process(self._proc, grace=0.0)
+            raise
+        finally:
+            # Last resort, e.g. the pid was found but the SDK's unwind stalled.
+            if _alive(self._proc):
+                _stop_process(self._proc, grace=0.2)
+            self._session = None
+
+    # -- requests ----------------------------------------------------------
+
+    def _submit(self, make: Callable[[ClientSession], Awaitable[Any]], what: str, timeout: float | None) -> Any:
+        """Run ``make(session)`` on the loop; translate every outcome into our errors."""
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        session, loop, thread = self._session, self._loop, self._thread
+        if self._close_started or session is None or loop is None or thread is None or not thread.is_alive():
+            why = f": the session ended with {self._failure!r}" if self._failure else " (not started, or closed)"
+            raise ServerFailed(f"the MCP client is not connected{why}")
+        if self._proc is not None and not _alive(self._proc):
+            raise ServerFailed(f"the MCP server (pid {self._proc.pid}) is not running")
+        limit = self.timeout if timeout is None else timeout
+        if limit <= 0:
+            raise ToolTimeout(f"{what}: no time left for the call")
+        try:
+            future = asyncio.run_coroutine_threadsafe(make(session), loop)
+        except RuntimeError as exc:  # the loop has stopped
+            raise ServerFailed(f"the MCP connection is closed: {exc}") from None
+        try:
+            return future.result(timeout=limit)
+        except TimeoutError:
+            # Cancelling the task abandons the request (the SDK sends a
+            # courtesy notifications/cancelled); the next call starts clean.
+            future.cancel()
+            if self._proc is not None and not _alive(self._proc):
+                raise ServerFailed(f"the MCP server died during {what}") from None
+            self._unanswered = True
+            raise ToolTimeout(f"{what}: no answer within {limit:g} s") from None
+        except concurrent.futures.CancelledError:
+            raise ServerFailed(f"the MCP client was closed during {what}") from None
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED or (self._proc is not None and not _alive(self._proc)):
+                raise ServerFailed(f"the MCP server connection broke during {what}: {exc.message}") from None
+            # A protocol-level refusal (bad params...): the model can fix it.
+            raise ToolError(f"{what}: {exc.message}") from None
+        except (KeyboardInterrupt, SystemExit):
+            # Ctrl-C / SIGTERM while waiting: the server may well be the reason
+            # we waited, so close() should not give it the EOF grace either.
+            future.cancel()
+            self._unanswered = True
+            raise
+        except Exception as exc:
+            # Anything else is the connection misbehaving (e.g. a malformed
+            # reply), not something the model can correct.
+            raise ServerFailed(f"the MCP connection failed during {what}: {exc!r}") from exc
+
+    def list_tools(self) -> list[str]:
+        """Names of the tools the server offers."""
+        result = self._submit(lambda s: s.list_tools(), "list_tools", None)
+        return [tool.name for tool in result.tools]
+
+    def call(self, tool: str, args: dict[str, Any], timeout: float | None = None) -> str:
+        """Call ``tool`` and return the text of its result.
+
+        Raises ToolError (the tool answered with an error), ToolTimeout (no
+        answer within ``timeout``, default ``self.timeout``) or ServerFailed
+        (the server is gone or the connection broke).
+        """
+        result = self._submit(lambda s: s.call_tool(tool, args), tool, timeout)
+        text = "\n".join(block.text for block in result.content if getattr(block, "type", None) == "text")
+        if result.is_error:
+            raise ToolError(text or f"{tool} failed without a message")
+        return text
+
+
+# --------------------------------------------------------------------------
+# SIGTERM -> exception, so `with MCPClient()` blocks unwind on `kill <pid>`
+# --------------------------------------------------------------------------
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived.  A SystemExit (exit status 143), so it unwinds ``with`` blocks
+    and, if nothing catches it, ends the program quietly like any SystemExit."""
+
+
+def install_sigterm_handler() -> Any:
+    """Turn SIGTERM into :class:`Terminated` raised in the main thread.
+
+    Python's default for SIGTERM is to die on the spot, skipping ``finally``
+    and ``__exit__``: the client never gets to stop its server, and a wedged
+    server survives as an orphan.  Raising instead unwinds the stack like
+    Ctrl-C does.  Only the first SIGTERM raises; later ones are ignored so
+    they cannot interrupt the cleanup the first one started (close() is
+    bounded, and SIGKILL still works).
+
+    Must be called from the main thread.  Returns the previous handler.
+    """
+    fired = False
+
+    def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+        nonlocal fired
+        if fired:
+            print("SIGTERM again: already shutting down", file=sys.stderr, flush=True)
+            return
+        fired = True
+        raise Terminated(128 + signum)
+
+    return signal.signal(signal.SIGTERM, _on_sigterm)

@@ -1,0 +1,280 @@
+"""The conjugation MCP server: two tools over stdio, with lab faults on demand.
+
+Run it as ``python -m miniagent.server [--delay SECONDS] [--hang-on VERB]``.
+The agent never imports this module to conjugate; it starts it as a
+subprocess through :class:`miniagent.mcp_client.MCPClient` and talks MCP to it,
+exactly as it would to any third-party server.
+
+Tools:
+
+* ``conjugate(verb, tense, person)`` -> ``"she has seen"`` (subject + verb phrase)
+* ``list_tenses()`` -> the valid tenses, persons and pronouns, as short text
+
+Every bad argument (unknown tense, non-verb, empty, huge, wrong type) comes
+back as an MCP *tool error* (``isError: true``) whose text names the valid
+options, so the model can read it and correct itself.  The server stays up
+and answers the next call.
+
+Faults, for labs only, OFF by default, fixed at start (flags win over env):
+
+* ``--delay S`` / ``MINIAGENT_FAULT_DELAY=S``: every ``conjugate`` call waits
+  S seconds first.  The wait is ``await``-ed, so the server keeps serving.
+* ``--hang-on VERB`` / ``MINIAGENT_FAULT_HANG_ON=VERB``: a ``conjugate`` call
+  for VERB never answers.  It blocks the server's only event-loop thread, so
+  the process is *wedged*: it does not even notice its stdin closing and
+  outlives its parent unless somebody kills it.  That is the point: it is
+  the server a careless client leaves behind as an orphan.
+
+stdout is the protocol; everything human-readable goes to stderr.
+
+Imports of the MCP SDK (and its web stack) happen inside :func:`main`, so
+``import miniagent.server`` stays cheap for code that only wants the
+constants or the argument parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - typing only, keeps the import cheap
+    from mcp.server.mcpserver import MCPServer
+
+SERVER_NAME = "miniagent-conjugation"
+DELAY_ENV = "MINIAGENT_FAULT_DELAY"
+HANG_ON_ENV = "MINIAGENT_FAULT_HANG_ON"
+# Longer than any real verb or tense name; refusing early keeps a 10 KB
+# argument out of the error text and out of the conjugation code.
+MAX_ARG_CHARS = 64
+
+_VERB_HINT = "Give an English verb in its base form, e.g. 'see', 'go', 'be'."
+
+
+# --------------------------------------------------------------------------
+# Argument checking: one message per mistake, always naming the valid options
+# --------------------------------------------------------------------------
+
+
+def _tense_hint() -> str:
+    from .conjugation import TENSES
+
+    return "Valid tenses: " + ", ".join(TENSES) + "."
+
+
+def _person_hint() -> str:
+    from .conjugation import PERSONS, PRONOUNS
+
+    return "Valid persons: " + ", ".join(PERSONS) + "; or a pronoun: " + ", ".join(PRONOUNS) + "."
+
+
+def _hint_for(name: str) -> str:
+    return {"verb": _VERB_HINT, "tense": _tense_hint(), "person": _person_hint()}[name]
+
+
+def _with_hint(message: str, name: str) -> str:
+    """Append the valid options for ``name`` unless the message already lists them."""
+    hint = _hint_for(name)
+    # The conjugation module's own messages may already name the options;
+    # repeating them would only make the observation longer for the model.
+    body = hint.split(": ", 1)[-1].rstrip(".")
+    first_option = body.split(",")[0].strip()
+    if name != "verb" and first_option and first_option in message:
+        return message
+    return f"{message} {hint}"
+
+
+def _check_text(name: str, value: Any) -> str:
+    """Type, emptiness and size checks shared by the three arguments."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    if value is None:
+        raise ToolError(f"'{name}' is missing. {_hint_for(name)}")
+    if not isinstance(value, str):
+        raise ToolError(f"'{name}' must be a string, not {type(value).__name__}. {_hint_for(name)}")
+    text = value.strip()
+    if not text:
+        raise ToolError(f"'{name}' is empty. {_hint_for(name)}")
+    if len(text) > MAX_ARG_CHARS:
+        too_long = f"'{name}' is too long ({len(text)} characters, at most {MAX_ARG_CHARS})."
+        raise ToolError(f"{too_long} {_hint_for(name)}")
+    return text
+
+
+def conjugate_text(verb: Any, tense: Any, person: Any) -> str:
+    """The tool's logic without the MCP wrapping: ``("see", "present perfect", "she")`` -> ``"she has seen"``.
+
+    Raises ``mcp.server.mcpserver.exceptions.ToolError`` (which MCPServer
+    turns into an ``isError`` result) for every kind of bad input.
+    """
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from . import conjugation as cj
+
+    verb_s = _check_text("verb", verb)
+    tense_s = _check_text("tense", tense)
+    person_s = _check_text("person", person)
+    # Validate one argument at a time so the hint matches the argument at fault.
+    checks = (
+        ("tense", cj.normalize_tense, tense_s),
+        ("person", cj.normalize_person, person_s),
+        ("verb", cj.validate_verb, verb_s),
+    )
+    for name, check, value in checks:
+        try:
+            check(value)
+        except cj.ConjugationError as exc:
+            raise ToolError(_with_hint(str(exc), name)) from None
+    try:
+        phrase = cj.conjugate(verb_s, tense_s, person_s)
+        return f"{cj.subject_for(person_s)} {phrase}"
+    except cj.ConjugationError as exc:
+        raise ToolError(f"{exc} {_tense_hint()} {_person_hint()}") from None
+    except Exception as exc:  # a bug in the conjugator must still give the model a usable answer
+        print(f"conjugate({verb_s!r}, {tense_s!r}, {person_s!r}) crashed: {exc!r}", file=sys.stderr, flush=True)
+        failed = f"could not conjugate {verb_s!r} ({type(exc).__name__})."
+        raise ToolError(f"{failed} {_tense_hint()} {_person_hint()}") from None
+
+
+def list_tenses_text() -> str:
+    """The discovery answer: short, readable, complete."""
+    from .conjugation import PERSONS, PRONOUNS, TENSES
+
+    pronouns = ", ".join(f"{p} ({PRONOUNS[p]})" for p in PRONOUNS)
+    return (
+        f"Tenses ({len(TENSES)}): " + ", ".join(TENSES) + ".\n"
+        "Persons: " + ", ".join(PERSONS) + ".\n"
+        f"Pronouns accepted as person: {pronouns}.\n"
+        'Example: conjugate(verb="see", tense="present perfect", person="she") -> "she has seen".'
+    )
+
+
+# --------------------------------------------------------------------------
+# Faults
+# --------------------------------------------------------------------------
+
+
+def _wedge(verb: str) -> None:
+    """Block the calling thread forever; called on the event loop, it wedges the whole server.
+
+    Deliberately synchronous: an ``await`` would let the loop keep reading
+    stdin, notice EOF when the client goes away, and exit cleanly.  A blocking
+    wait holds the only loop thread, so nothing else in the process runs:
+    no more requests, no EOF handling.  Only a signal (SIGTERM/SIGKILL) ends it.
+    """
+    print(f"fault: hanging on {verb!r}; this server is now wedged", file=sys.stderr, flush=True)
+    threading.Event().wait()
+
+
+# --------------------------------------------------------------------------
+# Server
+# --------------------------------------------------------------------------
+
+_STRING = {"type": "string"}
+
+CONJUGATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "verb": {**_STRING, "description": "English verb in its base form, e.g. 'see'."},
+        "tense": {**_STRING, "description": "A tense name, e.g. 'present perfect'. See list_tenses."},
+        "person": {**_STRING, "description": "A person ('3rd singular') or a pronoun ('she'). See list_tenses."},
+    },
+    "required": ["verb", "tense", "person"],
+}
+
+
+def build_server(delay: float = 0.0, hang_on: str | None = None) -> MCPServer:
+    """The MCPServer with both tools registered; ``delay``/``hang_on`` are the faults."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.tools import Tool
+
+    hang_key = hang_on.strip().lower() if hang_on else None
+
+    # The parameters are untyped on purpose: the SDK's own validation would
+    # answer a wrong type with a pydantic message that names no valid options.
+    # Checking in the body gives every mistake the same helpful shape; the
+    # advertised schema (CONJUGATE_SCHEMA above) still says "three strings".
+    # It is async on purpose too: the SDK runs sync tools in a worker thread,
+    # where the hang fault would wedge a worker, not the server.
+    async def conjugate(verb: Any = None, tense: Any = None, person: Any = None) -> str:
+        """Conjugate an English verb: returns the subject and verb phrase, e.g. "she has seen"."""
+        if hang_key is not None and isinstance(verb, str) and verb.strip().lower() == hang_key:
+            _wedge(verb)
+        if delay > 0:
+            import anyio
+
+            await anyio.sleep(delay)  # awaited: the server stays responsive meanwhile
+        return conjugate_text(verb, tense, person)
+
+    # Async with no await: the SDK runs sync tools in a worker thread, but this
+    # one is instant, so running it on the loop is cheaper.
+    async def list_tenses() -> str:
+        """List the valid tenses, persons and pronouns for conjugate."""
+        return list_tenses_text()
+
+    conjugate_tool = Tool.from_function(conjugate, structured_output=False)
+    conjugate_tool.parameters = CONJUGATE_SCHEMA
+    tools = [conjugate_tool, Tool.from_function(list_tenses, structured_output=False)]
+    return MCPServer(
+        SERVER_NAME,
+        instructions="Conjugates English verbs. Call list_tenses to see the valid tenses and persons.",
+        tools=tools,
+        log_level="WARNING",  # stderr stays quiet; a tool error is an answer, not news
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    summary = (__doc__ or "").split("\n\n")[0]
+    parser = argparse.ArgumentParser(prog="python -m miniagent.server", description=summary)
+    parser.add_argument(
+        "--delay", type=float, default=None, metavar="SECONDS",
+        help=f"fault: seconds added to every conjugate call (env {DELAY_ENV})",
+    )
+    parser.add_argument(
+        "--hang-on", default=None, metavar="VERB",
+        help=f"fault: a conjugate call for VERB never answers; the server wedges (env {HANG_ON_ENV})",
+    )
+    return parser
+
+
+def parse_faults(argv: list[str] | None = None, env: dict[str, str] | None = None) -> tuple[float, str | None]:
+    """Flags win over env vars; both default to "no fault"."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    env = os.environ if env is None else env
+    delay = args.delay
+    if delay is None:
+        raw = env.get(DELAY_ENV, "").strip()
+        try:
+            delay = float(raw) if raw else 0.0
+        except ValueError:
+            parser.error(f"{DELAY_ENV}={raw!r} is not a number of seconds")
+    if delay < 0:
+        parser.error(f"delay must be >= 0, got {delay}")
+    hang_on = args.hang_on if args.hang_on is not None else env.get(HANG_ON_ENV, "")
+    return delay, (hang_on.strip() or None)
+
+
+def main(argv: list[str] | None = None) -> None:
+    delay, hang_on = parse_faults(argv)
+    if delay > 0:
+        print(f"fault: delay {delay:g} s per call", file=sys.stderr, flush=True)
+    if hang_on:
+        print(f"fault: hang on verb {hang_on!r} (the server wedges on that call)", file=sys.stderr, flush=True)
+    server = build_server(delay=delay, hang_on=hang_on)
+    try:
+        server.run("stdio")
+    except KeyboardInterrupt:  # run by hand in a terminal: Ctrl-C is a normal way out
+        pass
+    # The client closed stdin and every answer is flushed: nothing is left to
+    # clean up.  Skipping the interpreter's teardown of the SDK's big module
+    # graph saves ~0.25 s on every client close.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""The conjugation server, exercised only through the real client over stdio.
+
+Every test that starts a server checks the one property the lab is about:
+when the client is done -- normally, by exception, by Ctrl-C, by SIGTERM --
+no server process is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from miniagent.conjugation import PERSONS, TENSES
+from miniagent.errors import ServerFailed, ToolError, ToolTimeout
+from miniagent.mcp_client import MCPClient
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+SEE = {"verb": "see", "tense": "present perfect", "person": "she"}
+GO = {"verb": "go", "tense": "past simple", "person": "they"}
+
+
+def alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pid: int, within: float = 3.0) -> bool:
+    deadline = time.monotonic() + within
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not alive(pid)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with MCPClient() as c:
+        yield c
+    assert wait_gone(c.server_pid, within=0.5)
+
+
+# -- the happy path ---------------------------------------------------------
+
+
+def test_lists_both_tools(client):
+    assert {"conjugate", "list_tenses"} <= set(client.list_tools())
+
+
+def test_conjugate_returns_subject_and_phrase(client):
+    assert client.call("conjugate", SEE) == "she has seen"
+    assert client.call("conjugate", {"verb": "be", "tense": "past simple", "person": "1st singular"}) == "I was"
+
+
+def test_list_tenses_names_every_option(client):
+    text = client.call("list_tenses", {})
+    assert all(t in text for t in TENSES)
+    assert all(p in text for p in PERSONS)
+    assert "she" in text
+
+
+def test_server_pid_is_a_live_child_while_open(client):
+    assert alive(client.server_pid)
+    assert client.server_pid in {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+# -- bad arguments: a tool error naming the options, and the server stays up --
+
+TENSE_LIST = "present perfect continuous"  # only present when the tenses are listed
+PERSON_LIST = "3rd plural"
+VERB_HINT = "base form"
+
+BAD_ARGUMENTS = {
+    "unknown tense": ({"verb": "see", "tense": "pluperfect", "person": "she"}, TENSE_LIST),
+    "unknown person": ({"verb": "see", "tense": "past simple", "person": "fourth"}, PERSON_LIST),
+    "not a verb": ({"verb": "the", "tense": "past simple", "person": "she"}, VERB_HINT),
+    "two words": ({"verb": "see it", "tense": "past simple", "person": "she"}, VERB_HINT),
+    "empty verb": ({"verb": "", "tense": "past simple", "person": "she"}, VERB_HINT),
+    "blank tense": ({"verb": "see", "tense": "   ", "person": "she"}, TENSE_LIST),
+    "10 KB verb": ({"verb": "x" * 10_000, "tense": "past simple", "person": "she"}, VERB_HINT),
+    "10 KB tense": ({"verb": "see", "tense": "past " * 2_000, "person": "she"}, TENSE_LIST),
+    "int verb": ({"verb": 42, "tense": "past simple", "person": "she"}, VERB_HINT),
+    "list tense": ({"verb": "see", "tense": ["past", "simple"], "person": "she"}, TENSE_LIST),
+    "null person": ({"verb": "see", "tense": "past simple", "person": None}, PERSON_LIST),
+    "dict person": ({"verb": "see", "tense": "past simple", "person": {"p": 3}}, PERSON_LIST),
+    "missing person": ({"verb": "see", "tense": "past simple"}, PERSON_LIST),
+    "no arguments": ({}, VERB_HINT),
+}
+
+
+@pytest.mark.parametrize("args, names", BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS.keys())
+def test_bad_arguments_are_tool_errors_naming_the_options(client, args, names):
+    with pytest.raises(ToolError) as error:
+        client.call("conjugate", args)
+    message = str(error.value)
+    assert names in message
+    assert len(message) < 1_000  # a huge argument is not echoed back
+    # Still up, still correct.
+    assert client.call("conjugate", GO) == "they went"
+
+
+def test_unknown_tool_is_a_tool_error(client):
+    with pytest.raises(ToolError):
+        client.call("translate", {"text": "hola"})
+    assert client.call("conjugate", SEE) == "she has seen"
+
+
+# -- faults -------------------------------------------------------------------
+
+
+def test_delay_fault_slows_each_call_down():
+    with MCPClient(delay=0.4) as c:
+        started = time.monotonic()
+        assert c.call("conjugate", SEE) == "she has seen"
+        assert time.monotonic() - started >= 0.4
+        # Too short a timeout for the delay: a timeout, and the server is fine after.
+        with pytest.raises(ToolTimeout):
+            c.call("conjugate", SEE, timeout=0.1)
+        assert c.call("conjugate", GO, timeout=2.0) == "they went"
+
+
+def test_hang_fault_times_out_every_call_and_close_still_kills_the_server():
+    with MCPClient(hang_on="see", timeout=0.5) as c:
+        pid = c.server_pid
+        assert alive(pid)
+        assert c.call("conjugate", GO) == "they went"  # only "see" hangs
+        started = time.monotonic()
+        with pytest.raises(ToolTimeout):
+            c.call("conjugate", SEE)
+        assert time.monotonic() - started < 1.5
+        # The server is wedged now: even a harmless call must time out, not hang.
+        started = time.monotonic()
+        with pytest.raises(ToolTimeout):
+            c.call("conjugate", GO)
+        assert time.monotonic() - started < 1.5
+        assert alive(pid)  # wedged, not dead: still a timeout, not a server failure
+        closing = time.monotonic()
+    assert time.monotonic() - closing < 2.0
+    assert wait_gone(pid, within=0.5)
+
+
+def test_fault_env_vars_reach_the_server_and_flags_win():
+    from miniagent.server import parse_faults
+
+    env = {"MINIAGENT_FAULT_DELAY": "1.5", "MINIAGENT_FAULT_HANG_ON": "see"}
+    assert parse_faults([], env) == (1.5, "see")
+    assert parse_faults(["--delay", "0", "--hang-on", "go"], env) == (0.0, "go")
+    assert parse_faults([], {}) == (0.0, None)
+    # End to end: the client passes `env` to the server, which reads it at start.
+    with MCPClient(env={"MINIAGENT_FAULT_HANG_ON": "see"}, timeout=0.3) as c:
+        pid = c.server_pid
+        with pytest.raises(ToolTimeout):
+            c.call("conjugate", SEE)
+    assert wait_gone(pid, within=0.5)
+
+
+def test_close_is_idempotent():
+    c = MCPClient().start()
+    pid = c.server_pid
+    c.close()
+    c.close()
+    assert wait_gone(pid, within=0.5)
+    with pytest.raises(ServerFailed):
+        c.call("conjugate", SEE)
+
+
+# -- no orphans, however the `with` is left --------------------------------------
+
+
+def test_exception_inside_with_stops_the_server():
+    with pytest.raises(RuntimeError, match="boom"):
+        with MCPClient() as c:
+            pid = c.server_pid
+            assert alive(pid)
+            raise RuntimeError("boom")
+    assert wait_gone(pid, within=0.5)
+
+
+def test_keyboard_interrupt_inside_with_stops_the_server():
+    with pytest.raises(KeyboardInterrupt):
+        with MCPClient() as c:
+            pid = c.server_pid
+            raise KeyboardInterrupt
+    assert wait_gone(pid, within=0.5)
+
+
+def test_ctrl_c_during_a_call_to_a_wedged_server_stops_it():
+    # A real SIGINT to ourselves, as a terminal's Ctrl-C sends it: it lands
+    # while call() is blocked waiting for the answer.  (_thread.interrupt_main()
+    # would not do: it sets a flag but does not wake a blocked wait.)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with MCPClient(hang_on="see", timeout=30) as c:
+            pid = c.server_pid
+            timer.start()
+            c.call("conjugate", SEE)
+    assert time.monotonic() - started < 10  # nowhere near the 30 s timeout
+    assert wait_gone(pid, within=0.5)
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from miniagent.mcp_client import MCPClient, install_sigterm_handler
+
+    if sys.argv[1] == "handler":
+        install_sigterm_handler()
+    with MCPClient(hang_on="see", timeout=60) as c:
+        print(c.server_pid, flush=True)
+        c.call("conjugate", {"verb": "see", "tense": "past simple", "person": "I"})
+    """
+)
+
+
+def _child_with_wedged_server(mode: str) -> tuple[subprocess.Popen, int]:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, mode], stdout=subprocess.PIPE, text=True, env=env)
+    line = child.stdout.readline()
+    assert line.strip().isdigit(), f"child printed {line!r}"
+    server_pid = int(line)
+    time.sleep(0.3)  # let the hanging call reach the server
+    assert alive(server_pid)
+    return child, server_pid
+
+
+@pytest.mark.parametrize("sig, mode", [(signal.SIGTERM, "handler"), (signal.SIGINT, "plain")], ids=["SIGTERM", "SIGINT"])
+def test_signalled_agent_leaves_no_server_behind(sig, mode):
+    child, server_pid = _child_with_wedged_server(mode)
+    child.send_signal(sig)
+    returncode = child.wait(timeout=10)
+    child.stdout.close()
+    if sig == signal.SIGTERM:
+        assert returncode == 128 + signal.SIGTERM  # Terminated is a SystemExit(143)
+    assert wait_gone(server_pid, within=1.0)
+
+
+def test_without_the_sigterm_handler_a_wedged_server_is_orphaned():
+    """The control experiment: why install_sigterm_handler() exists."""
+    child, server_pid = _child_with_wedged_server("plain")
+    try:
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=10) == -signal.SIGTERM  # died on the spot: no cleanup ran
+        child.stdout.close()
+        time.sleep(0.3)
+        assert alive(server_pid)  # the orphan: it never noticed its stdin closing
+    finally:
+        try:
+            os.killpg(server_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert wait_gone(server_pid)
+
+
+# -- the server dying is a ServerFailed, never a ToolTimeout ---------------------
+
+
+def test_server_killed_from_outside_is_server_failed():
+    with MCPClient(timeout=5) as c:
+        pid = c.server_pid
+        assert c.call("conjugate", SEE) == "she has seen"
+        os.kill(pid, signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(ServerFailed):
+            c.call("conjugate", SEE)
+        assert time.monotonic() - started < 2  # detected, not timed out
+        with pytest.raises(ServerFailed):
+            c.call("conjugate", GO)
+    assert wait_gone(pid, within=0.5)
+
+
+def test_server_killed_during_a_call_is_server_failed():
+    with MCPClient(hang_on="see", timeout=5) as c:
+        pid = c.server_pid
+        threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
+        started = time.monotonic()
+        with pytest.raises(ServerFailed):
+            c.call("conjugate", SEE)
+        assert time.monotonic() - started < 2
+    assert wait_gone(pid, within=0.5)
