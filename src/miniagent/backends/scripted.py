@@ -1,0 +1,104 @@
+"""Deterministic stand-in models with named behaviours.
+
+They exist for fast tests and for demonstrating one behaviour exactly; the
+real model is the llama backend.  Each behaviour is a small function of the
+scratchpad, so a run is reproducible to the token.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from ..actions import PERSON_CHOICES
+from ..conjugation import TENSES
+from . import Entry, ModelReply
+
+BEHAVIOURS = {
+    "oracle": "calls conjugate once, then answers with the tool's result",
+    "stubborn": "never satisfied: repeats the same conjugate call, never answers",
+    "wanderer": "never satisfied: a different conjugate call every turn, never answers",
+    "clumsy": "calls with a non-verb until it sees the list of tenses, then recovers",
+    "rambler": "its answer never ends: every reply stops with finish_reason 'length'",
+    "planner": "declares a plan of three verbs, conjugates each, then answers",
+}
+
+
+def guess_call(question: str) -> dict:
+    """A crude reading of the question (the stand-in has no language skill)."""
+    text = question.lower()
+    tense = next((t for t in sorted(TENSES, key=len, reverse=True) if t in text), "past simple")
+    words = re.findall(r"[a-z]+", question)
+    person = next((w for w in words if w in PERSON_CHOICES), None)
+    person = person or next((p for p in PERSON_CHOICES if re.search(rf"\b{p.lower()}\b", text)), "I")
+    match = re.search(r"(?:verb|of|conjugate)\s+['\"]?([a-z]+)", text)
+    verb = match.group(1) if match else "eat"
+    return {"verb": verb, "tense": tense, "person": person}
+
+
+class ScriptedBackend:
+    def __init__(self, behaviour: str = "oracle") -> None:
+        if behaviour not in BEHAVIOURS:
+            raise ValueError(f"unknown scripted behaviour {behaviour!r}; choose from {', '.join(BEHAVIOURS)}")
+        self.behaviour = behaviour
+        self.name = f"scripted:{behaviour}"
+
+    def next_action(self, scratchpad: list[Entry], *, first_turn: bool, partial: str = "") -> ModelReply:
+        started = time.perf_counter()
+        text, finish = getattr(self, "_" + self.behaviour)(scratchpad, first_turn, partial)
+        prompt_tokens = sum(len(e.text.split()) for e in scratchpad)
+        return ModelReply(text, finish, prompt_tokens, len(text.split()), time.perf_counter() - started)
+
+    def close(self) -> None:
+        pass
+
+    # --- behaviours -------------------------------------------------------
+    @staticmethod
+    def _call(args: dict, **extra) -> tuple[str, str]:
+        return json.dumps({"tool": "conjugate", **args, **extra}), "stop"
+
+    @staticmethod
+    def _answer(text: str) -> tuple[str, str]:
+        return json.dumps({"answer": text}), "stop"
+
+    def _oracle(self, pad, first_turn, partial):
+        if first_turn:
+            return self._call(guess_call(pad[0].text))
+        return self._answer(pad[-1].text.split(" (", 1)[0])
+
+    def _stubborn(self, pad, first_turn, partial):
+        return self._call(guess_call(pad[0].text))
+
+    def _wanderer(self, pad, first_turn, partial):
+        turn = sum(1 for e in pad if e.role == "action")
+        call = guess_call(pad[0].text)
+        call["tense"] = TENSES[turn % len(TENSES)]
+        call["person"] = PERSON_CHOICES[(turn // len(TENSES)) % len(PERSON_CHOICES)]
+        return self._call(call)
+
+    def _clumsy(self, pad, first_turn, partial):
+        saw_discovery = any(e.role == "observation" and "future perfect continuous" in e.text for e in pad)
+        call = guess_call(pad[0].text)
+        if not saw_discovery:
+            return self._call({**call, "verb": "lovingly"})
+        if pad[-1].role == "observation" and not pad[-1].text.startswith("error"):
+            if "future perfect continuous" not in pad[-1].text:
+                return self._answer(pad[-1].text.split(" (", 1)[0])
+        return self._call(call)
+
+    def _rambler(self, pad, first_turn, partial):
+        if first_turn:
+            return self._call(guess_call(pad[0].text))
+        piece = "" if partial else '{"answer": "'
+        return piece + "and so on, and so forth, ", "length"
+
+    def _planner(self, pad, first_turn, partial):
+        verbs = ["be", "have", "go"]
+        call = guess_call(pad[0].text)
+        done = sum(1 for e in pad if e.role == "action")
+        if done < len(verbs):
+            extra = {"steps": len(verbs)} if first_turn else {}
+            return self._call({**call, "verb": verbs[done]}, **extra)
+        results = [e.text for e in pad if e.role == "observation"]
+        return self._answer("; ".join(results))

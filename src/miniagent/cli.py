@@ -1,0 +1,88 @@
+"""Command line: ``python -m miniagent ask QUESTION`` and ``python -m miniagent eval``.
+
+Every TutorConfig field is a flag (``max_turns`` -> ``--max-turns``); a flag
+left out means "use the lower layers" (config file, env vars, defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import fields
+
+from .config import ConfigError, TutorConfig, load_config
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("settings (override config file and MINIAGENT_* env vars)")
+    kinds = {"int": int, "float": float, "str": str}
+    for f in fields(TutorConfig):
+        group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kinds[str(f.type)], default=None)
+    parser.add_argument("--config", default=None, help="path of a TOML config file (default: ./miniagent.toml)")
+    parser.add_argument("--trace", default=None, help="write JSON-lines events to FILE ('-' for stdout)")
+
+
+def _config_from(args: argparse.Namespace) -> TutorConfig:
+    cli = {f.name: getattr(args, f.name) for f in fields(TutorConfig)}
+    return load_config(cli=cli, path=args.config)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="miniagent", description="A guarded ReAct grammar tutor.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ask = sub.add_parser("ask", help="ask the tutor one question")
+    ask.add_argument("question")
+    ask.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    _add_config_flags(ask)
+    ev = sub.add_parser("eval", help="score the tutor on an eval set")
+    ev.add_argument("--set", dest="eval_set", default=None, help="JSON-lines file of {question, expected}")
+    ev.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ev.add_argument("--limit", type=int, default=None, help="only the first N items")
+    _add_config_flags(ev)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .mcp_client import install_sigterm_handler
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[miniagent] %(message)s", stream=sys.stderr)
+    install_sigterm_handler()  # SIGTERM unwinds like Ctrl-C, so the MCP server is always closed
+    try:
+        config = _config_from(args)
+    except ConfigError as err:
+        print(f"miniagent: bad setting: {err}", file=sys.stderr)
+        return 2
+    if args.command == "ask":
+        return _ask(args, config)
+    from .evaluation import run_eval_cli
+
+    return run_eval_cli(args, config)
+
+
+def _ask(args: argparse.Namespace, config: TutorConfig) -> int:
+    from .session import TutorSession
+    from .trace import Trace
+
+    trace = Trace.to_path(args.trace) if args.trace else Trace.memory()
+    try:
+        with TutorSession(config, trace) as session:
+            outcome = session.ask(args.question)
+    finally:
+        trace.close()
+    if args.json:
+        print(json.dumps({"answer": outcome.answer, "stop_reason": outcome.stop_reason,
+                          "stats": outcome.stats.as_dict()}, ensure_ascii=False))
+    else:
+        print(outcome.answer)
+        s = outcome.stats
+        calls = ", ".join(f"{t} x{n}" for t, n in sorted(s.tool_calls.items())) or "none"
+        print(f"-- stop_reason: {outcome.stop_reason} | turns: {s.turns} | tool calls: {calls} | "
+              f"{s.seconds:.2f} s", file=sys.stderr)
+    return 0 if outcome.stop_reason == "answered" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""One configuration, four layers: defaults < config file < MINIAGENT_* env vars < CLI flags.
+
+Every knob the loop reads lives in ``TutorConfig``.  ``load_config`` is the
+only place the layers are merged, so a setting that is read is also a
+setting that reaches the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+ENV_PREFIX = "MINIAGENT_"
+CONFIG_FILE_ENV = "MINIAGENT_CONFIG"
+DEFAULT_CONFIG_FILE = "miniagent.toml"
+
+
+@dataclass
+class TutorConfig:
+    # Caps: the loop ends with a graceful fallback when either is reached.
+    max_turns: int = 6
+    max_tool_calls: int = 4
+    # A declared plan may raise the tool-call limit: clamp(max_tool_calls, steps x per-step, ceiling).
+    calls_per_plan_step: int = 1
+    max_plan_tool_calls: int = 6
+    # Consecutive tool failures before a list_tenses discovery is forced.
+    max_consecutive_failures: int = 3
+    # Time: the whole run, and each tool call.
+    wall_clock_s: float = 20.0
+    tool_timeout_s: float = 2.0
+    # Truncated output ("length"): how many continuations before giving up.
+    max_auto_continues: int = 2
+    # Model.
+    llm: str = "llama"  # llama | openai | scripted:<behaviour>
+    model: str = ""  # GGUF path; empty = the embedded Gemma 3 270M
+    decode: str = "scored"  # llama only: scored (calibrated option scoring) | greedy (grammar only)
+    max_action_tokens: int = 48
+    cache_dir: str = str(Path.home() / ".cache" / "miniagent")  # prompt cache; "" turns it off
+    n_ctx: int = 2048
+    n_threads: int = 2
+    openai_base_url: str = "http://127.0.0.1:8080/v1"
+    openai_model: str = "local"
+    # MCP server faults (labs only; off by default).
+    fault_delay_s: float = 0.0
+    fault_hang_on: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class ConfigError(ValueError):
+    """A setting has the wrong name or type; the message says which."""
+
+
+def _coerce(name: str, raw: Any, kind: type) -> Any:
+    try:
+        if kind is bool:
+            return raw if isinstance(raw, bool) else str(raw).lower() in {"1", "true", "yes", "on"}
+        return kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: expected {kind.__name__}, got {raw!r}") from None
+
+
+def _types() -> dict[str, type]:
+    # Field annotations are strings under `from __future__ import annotations`.
+    names = {"int": int, "float": float, "str": str, "bool": bool}
+    return {f.name: names[str(f.type)] for f in fields(TutorConfig)}
+
+
+def load_config(
+    cli: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    path: str | os.PathLike | None = None,
+) -> TutorConfig:
+    """Merge the layers. ``cli`` values of ``None`` mean "flag not given"."""
+    env = os.environ if env is None else env
+    types = _types()
+    values: dict[str, Any] = {}
+
+    file_path = Path(path or env.get(CONFIG_FILE_ENV) or DEFAULT_CONFIG_FILE)
+    if file_path.is_file():
+        with file_path.open("rb") as fh:
+            data = tomllib.load(fh)
+        data = data.get("miniagent", data)
+        for key, raw in data.items():
+            if key not in types:
+                raise ConfigError(f"{file_path}: unknown setting {key!r}")
+            values[key] = _coerce(key, raw, types[key])
+    elif path is not None:
+        raise ConfigError(f"config file not found: {file_path}")
+
+    for name, kind in types.items():
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw is not None and raw != "":
+            values[name] = _coerce(ENV_PREFIX + name.upper(), raw, kind)
+
+    for name, raw in (cli or {}).items():
+        if raw is None:
+            continue
+        if name not in types:
+            raise ConfigError(f"unknown setting {name!r}")
+        values[name] = _coerce(name, raw, types[name])
+
+    config = TutorConfig(**values)
+    _check(config)
+    return config
+
+
+def _check(config: TutorConfig) -> None:
+    for name in ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_action_tokens"):
+        if getattr(config, name) < 1:
+            raise ConfigError(f"{name} must be at least 1")
+    for name in ("wall_clock_s", "tool_timeout_s"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{name} must be positive")
+    if config.max_auto_continues < 0:
+        raise ConfigError("max_auto_continues must be 0 or more")

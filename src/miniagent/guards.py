@@ -1,0 +1,142 @@
+"""The loop's guards: each one a small named unit with one job and one test.
+
+The loop asks each guard at the moment it matters (before a model call,
+before a tool call, after a tool result).  A guard that trips raises a
+``Terminal`` error carrying its stop reason, or tells the loop what to do.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import (
+    AutoContinueLimit,
+    CallBudgetExhausted,
+    Cancelled,
+    ToolCallCapHit,
+    TurnCapHit,
+    WallClockExceeded,
+)
+
+
+@dataclass
+class TurnCap:
+    """At most ``max_turns`` model calls per run."""
+
+    max_turns: int
+
+    def check(self, turns_done: int) -> None:
+        if turns_done >= self.max_turns:
+            raise TurnCapHit(f"reached max_turns={self.max_turns}")
+
+
+@dataclass
+class ToolCallCap:
+    """At most ``max_tool_calls`` executed tool calls, unless a declared plan raises it.
+
+    With a plan of N steps the limit becomes clamp(max_tool_calls, N x per_step, ceiling):
+    a three-verb question may make three calls, but never more than the ceiling.
+    """
+
+    max_tool_calls: int
+    per_step: int = 1
+    ceiling: int = 6
+    plan_steps: int | None = None
+
+    def declare_plan(self, steps: int) -> None:
+        self.plan_steps = steps
+
+    @property
+    def limit(self) -> int:
+        if self.plan_steps is None:
+            return self.max_tool_calls
+        return max(self.max_tool_calls, min(self.plan_steps * self.per_step, self.ceiling))
+
+    def check(self, calls_done: int) -> None:
+        if calls_done < self.limit:
+            return
+        if self.plan_steps is not None and self.limit > self.max_tool_calls:
+            raise CallBudgetExhausted(f"used the plan's budget of {self.limit} tool calls")
+        raise ToolCallCapHit(f"reached max_tool_calls={self.max_tool_calls}")
+
+
+@dataclass
+class CallDedup:
+    """The same tool with the same arguments is not executed twice."""
+
+    results: dict[str, str] = field(default_factory=dict)
+
+    def earlier_result(self, key: str) -> str | None:
+        return self.results.get(key)
+
+    def remember(self, key: str, result: str) -> None:
+        self.results[key] = result
+
+
+@dataclass
+class FailureBreaker:
+    """After ``threshold`` tool failures in a row, force a discovery step."""
+
+    threshold: int
+    consecutive: int = 0
+
+    def record(self, ok: bool) -> bool:
+        """Record one tool result; True when the breaker trips (and resets)."""
+        self.consecutive = 0 if ok else self.consecutive + 1
+        if self.consecutive >= self.threshold:
+            self.consecutive = 0
+            return True
+        return False
+
+
+@dataclass
+class WallClock:
+    """The run's time budget. Tool timeouts are cut to what is left of it."""
+
+    limit_s: float
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def remaining(self) -> float:
+        return self.limit_s - (self.clock() - self.started)
+
+    def check(self) -> None:
+        if self.remaining() <= 0:
+            raise WallClockExceeded(f"ran past wall_clock_s={self.limit_s:g}")
+
+    def tool_timeout(self, per_call_s: float) -> float:
+        """The per-call timeout, never longer than the time the run has left."""
+        self.check()
+        return min(per_call_s, self.remaining())
+
+
+@dataclass
+class AutoContinue:
+    """Continue a truncated action at most ``max_continues`` times per turn."""
+
+    max_continues: int
+    used: int = 0
+
+    def next(self) -> None:
+        if self.used >= self.max_continues:
+            raise AutoContinueLimit(f"output still truncated after {self.used} continuations")
+        self.used += 1
+
+    def reset(self) -> None:
+        self.used = 0
+
+
+@dataclass
+class CancelCheck:
+    """Ends the run cleanly when the caller's cancel callback says so."""
+
+    is_cancelled: Callable[[], bool] | None = None
+
+    def check(self) -> None:
+        if self.is_cancelled is not None and self.is_cancelled():
+            raise Cancelled("cancelled by the caller")

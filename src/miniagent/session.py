@@ -1,0 +1,52 @@
+"""A tutor session: one model and one MCP server, opened together, always closed.
+
+The model and the server start in parallel (the server is a subprocess, so
+its start-up overlaps the model load).  Eval reuses one session for every
+question; ``invoke ask`` opens one for a single question.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from .backends import Backend, make_backend
+from .config import TutorConfig
+from .loop import Outcome, grammar_tutor
+from .mcp_client import MCPClient
+from .trace import Trace
+
+
+class TutorSession:
+    def __init__(self, config: TutorConfig, trace: Trace | None = None) -> None:
+        self.config = config
+        self.trace = trace or Trace.memory()
+        self.model: Backend | None = None
+        self.tools: MCPClient | None = None
+
+    def __enter__(self) -> "TutorSession":
+        self.tools = MCPClient(delay=self.config.fault_delay_s, hang_on=self.config.fault_hang_on or None,
+                               timeout=self.config.tool_timeout_s)
+        try:
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                server_started = pool.submit(self.tools.start)
+                self.model = make_backend(self.config)
+                server_started.result()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def ask(self, question: str, cancel: Callable[[], bool] | None = None) -> Outcome:
+        assert self.model is not None and self.tools is not None, "use TutorSession as a context manager"
+        return grammar_tutor(question, model=self.model, tools=self.tools, config=self.config,
+                             trace=self.trace, cancel=cancel)
+
+    def close(self) -> None:
+        if self.tools is not None:
+            self.tools.close()
+        if self.model is not None:
+            self.model.close()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
