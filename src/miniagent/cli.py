@@ -55,11 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"miniagent: bad setting: {err}", file=sys.stderr)
         return 2
-    if args.command == "ask":
-        return _ask(args, config)
-    from .evaluation import run_eval_cli
+    try:
+        if args.command == "ask":
+            return _ask(args, config)
+        from .evaluation import run_eval_cli
 
-    return run_eval_cli(args, config)
+        return run_eval_cli(args, config)
+    except (FileNotFoundError, ValueError) as err:  # a bad --model path or --llm name
+        print(f"miniagent: {err}", file=sys.stderr)
+        return 2
 
 
 def _ask(args: argparse.Namespace, config: TutorConfig) -> int:

@@ -21,6 +21,8 @@ DEFAULT_CONFIG_FILE = "miniagent.toml"
 
 @dataclass
 class TutorConfig:
+    # Input: longer questions are refused up front (a prompt is not a document).
+    max_input_chars: int = 500
     # Caps: the loop ends with a graceful fallback when either is reached.
     max_turns: int = 6
     max_tool_calls: int = 4
@@ -44,6 +46,7 @@ class TutorConfig:
     n_threads: int = 2
     openai_base_url: str = "http://127.0.0.1:8080/v1"
     openai_model: str = "local"
+    openai_response_format: str = "json_schema"  # json_schema (OpenAI, vLLM, llama.cpp) | json_object (llama-cpp-python)
     # MCP server faults (labs only; off by default).
     fault_delay_s: float = 0.0
     fault_hang_on: str = ""

@@ -54,6 +54,18 @@ class AutoContinueLimit(CapHit):
     stop_reason = "auto_continue_limit"
 
 
+class InvalidInput(Terminal):
+    """The question is empty or too long to be a question: refused before any model call."""
+
+    stop_reason = "invalid_input"
+
+
+class ContextFull(Terminal):
+    """The prompt no longer fits in the model's context window."""
+
+    stop_reason = "context_full"
+
+
 class Cancelled(Terminal):
     stop_reason = "cancelled"
 

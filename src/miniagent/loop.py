@@ -17,7 +17,7 @@ from typing import Callable, Protocol
 from .actions import Action, InvalidAction, parse_action
 from .backends import Backend, Entry
 from .config import TutorConfig
-from .errors import Cancelled, Recoverable, ServerFailed, Terminal
+from .errors import Cancelled, InvalidInput, Recoverable, ServerFailed, Terminal
 from .guards import AutoContinue, CallDedup, CancelCheck, FailureBreaker, ToolCallCap, TurnCap, WallClock
 from .trace import Trace
 
@@ -73,6 +73,7 @@ def grammar_tutor(
     turn_cap = TurnCap(config.max_turns)
     call_cap = ToolCallCap(config.max_tool_calls, config.calls_per_plan_step, config.max_plan_tool_calls)
     dedup = CallDedup()
+    calls_seen: set[str] = set()  # for the stats only: repeats are counted whether or not dedup stops them
     breaker = FailureBreaker(config.max_consecutive_failures)
     clock = WallClock(config.wall_clock_s)
     cancelled = CancelCheck(cancel)
@@ -101,9 +102,10 @@ def grammar_tutor(
 
     def run_tool(action: Action) -> str:
         """Run one tool call through dedup, the call cap and the failure breaker."""
+        stats.identical_calls += action.call_key() in calls_seen
+        calls_seen.add(action.call_key())
         earlier = dedup.earlier_result(action.call_key())
         if earlier is not None:
-            stats.identical_calls += 1
             trace.emit("guard", name="dedup", tool=action.tool, args=action.args)
             return f"{earlier} {DEDUP_NUDGE}"
         call_cap.check(sum(stats.tool_calls.values()))
@@ -129,7 +131,10 @@ def grammar_tutor(
         """The breaker's recovery step: show the model the valid options."""
         stats.tool_calls["list_tenses"] += 1
         trace.emit("tool_call", tool="list_tenses", args={}, forced=True)
-        return tools.call("list_tenses", {}, timeout=clock.tool_timeout(config.tool_timeout_s))
+        try:
+            return tools.call("list_tenses", {}, timeout=clock.tool_timeout(config.tool_timeout_s))
+        except Recoverable as err:
+            return f"error: list_tenses failed too ({err})"
 
     def finish(answer: str, stop_reason: str) -> Outcome:
         stats.seconds = round(time.monotonic() - started, 3)
@@ -138,6 +143,7 @@ def grammar_tutor(
         return Outcome(answer, stop_reason, stats)
 
     try:
+        check_input(user_input, config.max_input_chars)
         while True:
             cancelled.check()
             clock.check()
@@ -154,14 +160,23 @@ def grammar_tutor(
             cancelled.check()
             scratchpad.append(Entry("observation", run_tool(action)))
     except ServerFailed as failure:
-        return finish(server_failure_text(failure, stats), failure.stop_reason)
+        return finish(server_failure_text(failure, stats), "server_failed")
     except Terminal as stop:
         return finish(fallback_text(stop, stats), stop.stop_reason)
     except KeyboardInterrupt:
         return finish(fallback_text(Cancelled("interrupted"), stats), Cancelled.stop_reason)
 
 
+def check_input(user_input: str, max_chars: int) -> None:
+    if not user_input.strip():
+        raise InvalidInput("the question is empty")
+    if len(user_input) > max_chars:
+        raise InvalidInput(f"the question is {len(user_input)} characters long; the limit is {max_chars}")
+
+
 STOP_REASON_TEXT = {
+    "invalid_input": "the question could not be used",
+    "context_full": "the conversation no longer fits in the model's context window",
     "max_turns": "it took more turns than allowed",
     "max_tool_calls": "it needed more tool calls than allowed",
     "call_budget": "it used up the tool-call budget of its plan",
@@ -175,7 +190,7 @@ def fallback_text(stop: Terminal, stats: Stats) -> str:
     """What a user sees when a guard ends the run: what was tried, and what to do next."""
     tried = ", ".join(f"{tool} x{n}" for tool, n in sorted(stats.tool_calls.items())) or "no tool calls"
     lines = [
-        f"Sorry, I could not finish this one: {STOP_REASON_TEXT.get(stop.stop_reason, stop)}"
+        f"Sorry, I could not finish this one: {STOP_REASON_TEXT.get(stop.stop_reason, stop)} ({stop})"
         f" [stop_reason: {stop.stop_reason}].",
         f"Tried: {tried} in {stats.turns} turn(s).",
     ]
@@ -199,5 +214,6 @@ def summary_line(stop_reason: str, stats: Stats) -> str:
         return f"converged at {stats.turns} turns"
     counts = ", ".join(f"{t} x{n}" for t, n in sorted(stats.tool_calls.items())) or "no tool calls"
     last = f", last error: {stats.last_tool_error}" if stats.last_tool_error else ""
-    kind = "cap hit" if stop_reason in STOP_REASON_TEXT and stop_reason != "cancelled" else "stopped"
+    caps = {"max_turns", "max_tool_calls", "call_budget", "wall_clock", "auto_continue_limit"}
+    kind = "cap hit" if stop_reason in caps else "stopped"
     return f"{kind} ({stop_reason}) at {stats.turns} turns: {counts}{last}"

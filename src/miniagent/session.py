@@ -27,14 +27,17 @@ class TutorSession:
     def __enter__(self) -> "TutorSession":
         self.tools = MCPClient(delay=self.config.fault_delay_s, hang_on=self.config.fault_hang_on or None,
                                timeout=self.config.tool_timeout_s)
+        pool = ThreadPoolExecutor(max_workers=1)
         try:
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                server_started = pool.submit(self.tools.start)
-                self.model = make_backend(self.config)
-                server_started.result()
+            server_started = pool.submit(self.tools.start)
+            self.model = make_backend(self.config)
+            server_started.result()
         except BaseException:
+            # Ctrl-C or SIGTERM during start-up: close() stops a server that is still starting.
             self.close()
             raise
+        finally:
+            pool.shutdown(wait=False)  # never wait here: an interrupted start must unwind at once
         return self
 
     def ask(self, question: str, cancel: Callable[[], bool] | None = None) -> Outcome:

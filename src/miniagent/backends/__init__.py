@@ -51,7 +51,8 @@ def make_backend(config) -> Backend:
         from .openai_compat import OpenAIBackend
 
         return OpenAIBackend(base_url=config.openai_base_url, model=config.openai_model,
-                             max_action_tokens=config.max_action_tokens)
+                             max_action_tokens=config.max_action_tokens,
+                             response_format=config.openai_response_format)
     if kind == "scripted":
         from .scripted import ScriptedBackend
 

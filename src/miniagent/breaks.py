@@ -1,0 +1,195 @@
+"""The break catalogue and its one generic runner.
+
+A break is data: ``breaks/<NN-name>/break.patch`` (a unified diff against
+``src/miniagent/``) and ``break.toml`` (what it removes, how to run it, what
+a learner should observe, the hidden cause, three hints).  Nothing here
+knows any particular break: adding one needs no code change.
+
+Every experiment has the shape hypothesis -> method -> rollback: the
+learner's prediction is read first, the patch is applied to a throwaway
+copy of the source and run under the harness, and the copy is removed
+whatever happens (the learner's own tree is never touched by ``exp``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class BreakError(RuntimeError):
+    """A clear, learner-facing refusal (unknown variant, conflicting edits...)."""
+
+
+@dataclass
+class Expect:
+    """What the maintainer check asserts the harness observes (a subset of the symptom)."""
+
+    outcome: str | None = None
+    stop_reason: str | None = None
+    cpu_mean_min: float | None = None
+    cpu_mean_max: float | None = None
+    tool_calls_min: int | None = None
+    identical_calls_min: int | None = None
+    turns_min: int | None = None
+    processes_left_min: int | None = None
+    answer_empty: bool | None = None
+    wall_s_min: float | None = None
+
+    def failures(self, record: dict) -> list[str]:
+        out = []
+
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                out.append(what)
+
+        if self.outcome is not None:
+            need(record["outcome"] == self.outcome, f"outcome {record['outcome']!r} != {self.outcome!r}")
+        if self.stop_reason is not None:
+            need(record.get("stop_reason") == self.stop_reason,
+                 f"stop_reason {record.get('stop_reason')!r} != {self.stop_reason!r}")
+        if self.cpu_mean_min is not None:
+            need(record["cpu_mean"] >= self.cpu_mean_min, f"cpu_mean {record['cpu_mean']:.0f} < {self.cpu_mean_min}")
+        if self.cpu_mean_max is not None:
+            need(record["cpu_mean"] <= self.cpu_mean_max, f"cpu_mean {record['cpu_mean']:.0f} > {self.cpu_mean_max}")
+        if self.tool_calls_min is not None:
+            need(record["tool_calls"] >= self.tool_calls_min, f"tool_calls {record['tool_calls']} < {self.tool_calls_min}")
+        if self.identical_calls_min is not None:
+            need(record["identical_calls"] >= self.identical_calls_min,
+                 f"identical_calls {record['identical_calls']} < {self.identical_calls_min}")
+        if self.turns_min is not None:
+            need(record["turns"] >= self.turns_min, f"turns {record['turns']} < {self.turns_min}")
+        if self.processes_left_min is not None:
+            need(len(record["processes_left"]) >= self.processes_left_min,
+                 f"processes_left {len(record['processes_left'])} < {self.processes_left_min}")
+        if self.answer_empty is not None:
+            need((not (record.get("answer") or "").strip()) == self.answer_empty,
+                 f"answer empty is {not (record.get('answer') or '').strip()}, expected {self.answer_empty}")
+        if self.wall_s_min is not None:
+            need(record["wall_s"] >= self.wall_s_min, f"wall_s {record['wall_s']:.1f} < {self.wall_s_min}")
+        return out
+
+
+@dataclass
+class Break:
+    id: str
+    title: dict[str, str]
+    removes: str
+    input: str
+    timeout_s: float
+    llm: str  # the model that reproduces it: "llama" or a named scripted stand-in
+    real_model: bool  # False: the real model did not reproduce it (see stand_in_why)
+    stand_in_why: str
+    flags: list[str]
+    ci_llm: str  # the model check-breaks uses (a stand-in keeps CI fast)
+    tests: list[str]
+    symptom: dict[str, str]
+    expect: Expect
+    hidden_cause: dict[str, str]
+    hints: dict[str, list[str]]
+    folder: Path
+    docs: dict = field(default_factory=dict)
+
+    @property
+    def alias(self) -> str:
+        return self.id.split("-", 1)[1]
+
+    @property
+    def patch(self) -> Path:
+        return self.folder / "break.patch"
+
+    @classmethod
+    def load(cls, folder: Path) -> "Break":
+        data = tomllib.loads((folder / "break.toml").read_text(encoding="utf-8"))
+        if data["id"] != folder.name:
+            raise BreakError(f"{folder}: id {data['id']!r} does not match the folder name")
+        run, symptom = data["run"], data["symptom"]
+        return cls(
+            id=data["id"], title=data["title"], removes=data["removes"], input=run["input"],
+            timeout_s=float(run["timeout_s"]), llm=run["llm"], real_model=run["llm"] == "llama",
+            stand_in_why=run.get("stand_in_why", ""), flags=list(run.get("flags", [])),
+            ci_llm=run.get("ci_llm", run["llm"]), tests=list(data["check"]["tests"]),
+            symptom={k: v for k, v in symptom.items() if isinstance(v, str)},
+            expect=Expect(**data["check"].get("expect", {})), hidden_cause=data["hidden_cause"],
+            hints=data["hints"], folder=folder, docs=data.get("docs", {}),
+        )
+
+
+def catalogue(root: Path = ROOT) -> list[Break]:
+    return [Break.load(p) for p in sorted((root / "breaks").iterdir()) if (p / "break.toml").is_file()]
+
+
+def find(name: str, root: Path = ROOT) -> Break:
+    """A break by id ("00-no-cap"), alias ("no-cap") or number ("00")."""
+    breaks = catalogue(root)
+    for brk in breaks:
+        if name in (brk.id, brk.alias, brk.id.split("-", 1)[0]):
+            return brk
+    names = ", ".join(b.alias for b in breaks)
+    raise BreakError(f"unknown variant {name!r}; choose one of: baseline, {names}")
+
+
+# --- patches in the learner's tree (invoke break / fix) ---------------------------------
+def _git_apply(cwd: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "apply", *extra, str(patch)], cwd=cwd, capture_output=True, text=True)
+
+
+def is_applied(brk: Break, root: Path = ROOT) -> bool:
+    return _git_apply(root, brk.patch, "--reverse", "--check").returncode == 0
+
+
+def apply_to_tree(brk: Break, root: Path = ROOT) -> None:
+    """Apply the break to the learner's source, refusing (and changing nothing) on any conflict."""
+    if is_applied(brk, root):
+        raise BreakError(f"{brk.id} is already applied; `invoke fix {brk.alias}` reverts it")
+    check = _git_apply(root, brk.patch, "--check")
+    if check.returncode != 0:
+        raise BreakError(
+            f"{brk.id} does not apply cleanly to your source, so nothing was changed "
+            f"(your edits are safe).\n{check.stderr.strip()}\n"
+            "Commit or stash your own changes to those lines, or `invoke fix` another break first.")
+    _git_apply(root, brk.patch).check_returncode()
+
+
+def revert_in_tree(brk: Break, root: Path = ROOT) -> None:
+    """Undo exactly the break's patch; refuse when the learner has changed those lines since."""
+    check = _git_apply(root, brk.patch, "--reverse", "--check")
+    if check.returncode != 0:
+        raise BreakError(
+            f"{brk.id} is not applied as it was (not applied at all, or you edited those lines: "
+            f"nothing was changed).\n{check.stderr.strip()}")
+    _git_apply(root, brk.patch, "--reverse").check_returncode()
+
+
+# --- sandboxes (invoke exp / check-breaks) -------------------------------------------------
+def make_sandbox(brk: Break | None, root: Path = ROOT) -> Path:
+    """A throwaway copy of ``src/`` with the break applied (None: the intact baseline)."""
+    sandbox = Path(tempfile.mkdtemp(prefix=f"miniagent-{brk.id if brk else 'baseline'}-"))
+    shutil.copytree(root / "src", sandbox / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    if brk is not None:
+        for other in catalogue(root):  # the copy starts intact even if the learner applied a break
+            if is_applied(other, root):
+                _git_apply(sandbox, other.patch, "--reverse")
+        result = _git_apply(sandbox, brk.patch)
+        if result.returncode != 0:
+            shutil.rmtree(sandbox, ignore_errors=True)
+            raise BreakError(f"{brk.id} does not apply to the current source:\n{result.stderr.strip()}")
+    return sandbox
+
+
+def agent_command(question: str, trace: Path, *, llm: str, flags: list[str]) -> list[str]:
+    return [sys.executable, "-m", "miniagent", "ask", question, "--trace", str(trace), "--json",
+            "--llm", llm, *flags]
+
+
+def source_digest(src: Path) -> dict[str, str]:
+    return {str(p.relative_to(src)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(src.rglob("*.py"))}

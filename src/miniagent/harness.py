@@ -1,0 +1,823 @@
+"""The experiment harness: run the agent under a time limit, watch it, kill it, check what it left behind.
+
+``run_experiment(command, timeout=..., trace_path=...)`` does five things:
+
+1. starts the agent in its **own process group** (``start_new_session``), so
+   the harness can signal the agent and everything still in its group at once,
+   and a Ctrl-C in the terminal reaches the harness only;
+2. **follows the trace** file while the run goes on (turns, tool calls, the
+   last action), tolerating a half-written last line;
+3. **samples CPU and memory of the whole process tree** every ~0.2 s with
+   psutil: the agent *and* its descendants, including the MCP server, which
+   lives in a process group of its own (``cpu_mean`` leaves out the ~1-2 s
+   of imports before the loop starts, or an idle hang would look busy);
+4. at the deadline, **kills**: SIGTERM to the agent's group (the agent's
+   handler unwinds and closes its server), SIGKILL after ``grace`` seconds if
+   anything is left;
+5. **looks for survivors**, after a kill or a normal exit: every process ever
+   seen in the tree that is still alive ``settle`` s after the agent is gone
+   (an orphaned, re-parented server counts), records them in
+   ``processes_left``, then kills them so the lab leaves nothing behind.
+
+The result is a :class:`RunRecord`; :func:`save_record` writes it as JSON
+next to an SVG chart of CPU over time (:func:`write_svg`).
+
+Run it by hand::
+
+    python -m miniagent.harness --timeout 5 -- python -m miniagent ask "..." --llm scripted:wanderer
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator
+from xml.sax.saxutils import escape
+
+import psutil
+
+# How often the harness wakes up: bounds how late the kill can be after the deadline.
+TICK = 0.05
+SPARK = "▁▂▃▄▅▆▇█"
+CORES = os.cpu_count() or 1
+# Once the agent is gone, how long the other processes we saw may take to exit
+# by themselves before they count as left behind.  A healthy MCP server exits
+# a few ms after its parent dies (stdin EOF), or once it has finished starting
+# if the agent died during start-up (~1 s); a wedged one never does.
+SETTLE = 1.0
+TAIL_EVENTS = 8
+STDERR_LINES = 20
+_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
+
+
+# --------------------------------------------------------------------------
+# The record
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class RunRecord:
+    """What happened in one run.  ``to_dict()`` is plain JSON."""
+
+    command: list[str]
+    timeout: float
+    # answer | fallback (another stop_reason) | timeout (killed at the deadline) | crash | interrupted (Ctrl-C)
+    outcome: str = "crash"
+    stop_reason: str | None = None
+    answer: str | None = None
+    exit_code: int | None = None
+    wall_s: float = 0.0
+    # When the loop started (first trace event), seconds after launch: Python
+    # imports take ~1-2 s of full CPU before that on every run.
+    loop_start_s: float | None = None
+    # CPU % summed over the tree (100 = one core busy), over the loop only (imports excluded) ...
+    cpu_mean: float = 0.0
+    cpu_max: float = 0.0
+    # ... and over the whole run, imports included.
+    cpu_mean_total: float = 0.0
+    # How many samples lie wholly inside the loop; 0 means the run never got
+    # that far, and cpu_mean/cpu_max fall back to the whole run.
+    cpu_loop_samples: int = 0
+    rss_max_mb: float = 0.0
+    turns: int = 0
+    tool_calls: int = 0
+    tool_calls_by_tool: dict[str, int] = field(default_factory=dict)
+    identical_calls: int = 0
+    tool_errors: int = 0
+    last_action: str = ""
+    # Deadline -> agent gone (only when killed at the timeout).
+    kill_latency_s: float | None = None
+    # [{pid, cmdline}] still alive ``settle`` s after the agent was gone (then killed by the harness).
+    processes_left: list[dict[str, Any]] = field(default_factory=list)
+    # [{pid, cmdline, outlived_s}] outlived the agent but exited by themselves within ``settle`` s.
+    outlived_agent: list[dict[str, Any]] = field(default_factory=list)
+    cleanup_ok: bool = True  # nothing of the tree alive when the harness returned
+    pids_seen: list[dict[str, Any]] = field(default_factory=list)  # [{pid, cmdline, create_time}]
+    samples: list[list[float]] = field(default_factory=list)  # [t, cpu %, rss MB, n procs]
+    scratchpad_tail: list[str] = field(default_factory=list)
+    stderr_tail: list[str] = field(default_factory=list)
+    bad_trace_lines: int = 0
+    trace_path: str = ""
+    started_at: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunRecord":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# --------------------------------------------------------------------------
+# Following the trace
+# --------------------------------------------------------------------------
+
+
+class TraceFollower:
+    """Reads the new complete lines of a JSON-lines file each time :meth:`poll` is called.
+
+    The agent may be in the middle of writing a line (or be killed there), so
+    bytes after the last newline stay in a buffer until the newline arrives.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._fh: Any = None
+        self._partial = b""
+        self.bad_lines = 0
+
+    def poll(self) -> list[dict[str, Any]]:
+        if self._fh is None:
+            try:
+                self._fh = open(self.path, "rb")  # noqa: SIM115 - kept open to tail it
+            except FileNotFoundError:
+                return []  # not created yet
+        data = self._partial + self._fh.read()
+        *lines, self._partial = data.split(b"\n")
+        return [e for e in map(self._parse, lines) if e is not None]
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Last read after the writer is gone; a final line without newline still counts if it parses."""
+        events = self.poll()
+        rest, self._partial = self._partial, b""
+        if rest.strip():
+            event = self._parse(rest)
+            if event is not None:
+                events.append(event)
+        self.close()
+        return events
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        if not line.strip():
+            return None
+        try:
+            event = json.loads(line)
+        except ValueError:  # a line torn by a kill, or not ours
+            self.bad_lines += 1
+            return None
+        return event if isinstance(event, dict) else None
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def describe(event: dict[str, Any], width: int = 90) -> str:
+    """One short human line per trace event, for the scratchpad tail."""
+    kind = event.get("event", "?")
+    if kind == "model_action":
+        text = f"turn {event.get('turn')} action {event.get('text', '')}"
+    elif kind == "tool_call":
+        args = ", ".join(f"{k}={v}" for k, v in (event.get("args") or {}).items())
+        text = f"call {event.get('tool')}({args})" + (" [forced]" if event.get("forced") else "")
+    elif kind == "tool_result":
+        text = f"tool {event.get('tool')} -> {event.get('result')}"
+    elif kind == "tool_error":
+        text = f"tool {event.get('tool')} !! {event.get('error')}"
+    elif kind == "guard":
+        text = f"guard {event.get('name')}"
+    elif kind == "stop":
+        text = f"stop {event.get('stop_reason')}: {event.get('answer')}"
+    elif kind == "run_start":
+        text = f"run_start {event.get('llm', '')}"
+    else:
+        text = kind
+    text = " ".join(str(text).split())  # one line: answers and errors may hold newlines
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class Progress:
+    """Counters kept from the trace events as they arrive (the same ones the panel and the record show)."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.tool_calls: Counter[str] = Counter()
+        self.identical_calls = 0
+        self.tool_errors = 0
+        self.last_action = ""
+        self.stop: dict[str, Any] | None = None
+        self.first_event_at: float | None = None  # harness clock
+        self.tail: deque[str] = deque(maxlen=TAIL_EVENTS)
+
+    def add(self, event: dict[str, Any], now: float) -> None:
+        if self.first_event_at is None:
+            self.first_event_at = now
+        kind = event.get("event")
+        if kind == "model_action":
+            self.turns = max(self.turns, int(event.get("turn") or 0))
+            self.last_action = str(event.get("text", ""))
+        elif kind == "tool_call":
+            self.tool_calls[str(event.get("tool"))] += 1
+        elif kind == "tool_error":
+            self.tool_errors += 1
+        elif kind == "guard" and event.get("name") == "dedup":
+            self.identical_calls += 1
+        elif kind == "stop":
+            self.stop = event
+        self.tail.append(describe(event))
+
+
+# --------------------------------------------------------------------------
+# Sampling the process tree
+# --------------------------------------------------------------------------
+
+
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline()) or proc.name()
+    except psutil.Error:
+        return "?"
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie: a zombie has exited, only its exit status is left."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class TreeSampler:
+    """CPU and RSS of a process and all its descendants, and a memory of every process seen.
+
+    ``cpu_percent()`` measures since its previous call on the *same* object,
+    so the objects are kept between samples and each new one is primed once
+    (its first reading is meaningless).
+    """
+
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+        self.procs: dict[int, psutil.Process] = {}
+        self.seen: dict[int, dict[str, Any]] = {}  # pid -> {pid, cmdline, create_time}
+        self.discover()
+
+    def discover(self) -> None:
+        """Add the root and its current descendants; also called right before a kill."""
+        try:
+            root = psutil.Process(self.root_pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return  # the root is gone: its children (if any) were seen before, or never existed
+        for proc in tree:
+            if proc.pid in self.procs:
+                continue
+            try:
+                proc.cpu_percent(None)  # prime
+                create_time = proc.create_time()
+            except _GONE:
+                continue
+            self.procs[proc.pid] = proc
+            self.seen[proc.pid] = {"pid": proc.pid, "cmdline": _cmdline(proc), "create_time": create_time}
+
+    def sample(self) -> tuple[float, float, int]:
+        """(cpu %, rss MB, live processes) summed over the tree."""
+        cpu = rss = 0.0
+        count = 0
+        for proc in list(self.procs.values()):
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                cpu += proc.cpu_percent(None)
+                rss += proc.memory_info().rss
+                count += 1
+            except _GONE:
+                continue  # exited between two samples: its last slice of CPU is lost, fine
+        self.discover()  # newcomers count from the next sample on (once primed)
+        return cpu, rss / 2**20, count
+
+    def alive(self) -> list[psutil.Process]:
+        """Every process seen that still runs, plus anything those spawned since."""
+        found: dict[int, psutil.Process] = {}
+        for proc in self.procs.values():
+            if _alive(proc):  # is_running() also rules out a reused pid (create time differs)
+                found[proc.pid] = proc
+                with contextlib.suppress(psutil.Error):
+                    for child in proc.children(recursive=True):
+                        found.setdefault(child.pid, child)
+        for proc in found.values():
+            if proc.pid not in self.seen:
+                with contextlib.suppress(psutil.Error):
+                    self.seen[proc.pid] = {"pid": proc.pid, "cmdline": _cmdline(proc),
+                                           "create_time": proc.create_time()}
+        return [p for p in found.values() if _alive(p)]
+
+
+# --------------------------------------------------------------------------
+# Killing
+# --------------------------------------------------------------------------
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when it no longer exists."""
+    if pgid == os.getpgrp():  # never our own group: that would kill the harness (and the shell's job)
+        return False
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _stop_agent(proc: subprocess.Popen, grace: float) -> float:
+    """SIGTERM the agent's group, SIGKILL it after ``grace`` if anything is left. Returns when the agent was gone."""
+    pgid = proc.pid  # start_new_session: the agent leads its group
+    _signal_group(pgid, signal.SIGTERM)  # the agent's handler unwinds and closes its MCP server
+    until = time.monotonic() + grace
+    while time.monotonic() < until:
+        # poll() reaps the agent; an empty group makes killpg(0) fail
+        if proc.poll() is not None and not _signal_group(pgid, 0):
+            break
+        time.sleep(0.01)
+    else:
+        _signal_group(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=2)
+    return time.monotonic()
+
+
+def _find_survivors(sampler: TreeSampler, settle: float, since: float) -> tuple[list[psutil.Process], list[dict]]:
+    """Processes of the tree still alive after ``settle`` s, and those that exited by themselves meanwhile.
+
+    ``since`` is when the agent was gone; ``outlived_s`` says how much longer a process lived.
+    """
+    first = {p.pid: p for p in sampler.alive()}
+    exited: dict[int, float] = {}
+    until = time.monotonic() + settle
+    while True:
+        alive = sampler.alive()
+        now = time.monotonic()
+        for pid in first.keys() - {p.pid for p in alive} - exited.keys():
+            exited[pid] = round(now - since, 3)
+        if not alive or now >= until:
+            break
+        time.sleep(0.02)
+    outlived = [{"pid": pid, "cmdline": sampler.seen.get(pid, {}).get("cmdline", "?"), "outlived_s": after}
+                for pid, after in exited.items()]
+    return alive, outlived
+
+
+def _kill_all(procs: list[psutil.Process]) -> bool:
+    """SIGKILL each survivor's whole group (a server leads its own). True when all are gone."""
+    for proc in procs:
+        try:
+            pgid = os.getpgid(proc.pid)
+        except ProcessLookupError:
+            continue
+        if not (proc.is_running() and _signal_group(pgid, signal.SIGKILL)):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+    # Not psutil.wait_procs: a killed orphan is init's child, and a zombie
+    # there (exited, not reaped yet) is as dead as we need it to be.
+    until = time.monotonic() + 1.0
+    while any(_alive(p) for p in procs) and time.monotonic() < until:
+        time.sleep(0.01)
+    return not any(_alive(p) for p in procs)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """A second Ctrl-C must not interrupt the clean-up half way (that would leave orphans)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# --------------------------------------------------------------------------
+# The live panel
+# --------------------------------------------------------------------------
+
+
+def sparkline(values: list[float], top: float = 100.0 * CORES) -> str:
+    """Unicode blocks, 0 .. ``top``."""
+    out = []
+    for v in values:
+        level = 0 if top <= 0 else round(min(max(v, 0.0), top) / top * (len(SPARK) - 1))
+        out.append(SPARK[level])
+    return "".join(out)
+
+
+def render_panel(*, elapsed: float, timeout: float, progress: Progress, samples: list[list[float]],
+                 status: str = "running") -> Any:
+    from rich.panel import Panel
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True, min_width=11)
+    grid.add_column(no_wrap=True, overflow="ellipsis")  # one line per row, whatever the terminal width
+    bar = Table.grid(padding=(0, 1))
+    bar.add_row(f"{elapsed:5.1f} / {timeout:.1f} s", ProgressBar(total=timeout, completed=min(elapsed, timeout),
+                                                                 width=30))
+    grid.add_row("time", bar)
+    calls = sum(progress.tool_calls.values())
+    grid.add_row("loop", f"turn {progress.turns} · tool calls {calls} · identical {progress.identical_calls}"
+                         f" · tool errors {progress.tool_errors}")
+    grid.add_row("last action", progress.last_action or "-")
+    cpu_now = samples[-1][1] if samples else 0.0
+    rss_now = samples[-1][2] if samples else 0.0
+    procs = int(samples[-1][3]) if samples else 0
+    grid.add_row("cpu", f"{sparkline([s[1] for s in samples[-30:]])} {cpu_now:4.0f} % · rss {rss_now:.0f} MB"
+                        f" · processes {procs}")
+    grid.add_row("", f"(tree total; 100 % = one core busy, {100 * CORES} % = all {CORES})")
+    return Panel(grid, title=f"miniagent run: {status}", border_style="red" if status != "running" else "blue")
+
+
+class _LiveView:
+    """rich.live around the run, or nothing at all (tests, pipes)."""
+
+    def __init__(self, enabled: bool, force: bool) -> None:
+        self.live = None
+        if enabled and (force or sys.stdout.isatty()):
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(console=Console(force_terminal=force or None), refresh_per_second=4,
+                             redirect_stdout=False, redirect_stderr=False)
+
+    def __enter__(self) -> "_LiveView":
+        if self.live is not None:
+            self.live.start()
+        return self
+
+    def update(self, **state: Any) -> None:
+        if self.live is not None:
+            self.live.update(render_panel(**state))  # rich redraws it at its own 4/s pace
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+# --------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------
+
+
+def _with_trace_flags(command: list[str], trace_path: Path) -> list[str]:
+    """A miniagent command without ``--trace``/``--json`` gets them, so the harness can follow it."""
+    is_miniagent = any(arg == "miniagent" or arg.endswith("/miniagent") for arg in command)
+    if not is_miniagent:
+        return list(command)
+    extra = []
+    if "--trace" not in command:
+        extra += ["--trace", str(trace_path)]
+    elif Path(command[command.index("--trace") + 1]) != trace_path:
+        raise ValueError(f"the command's --trace must be trace_path ({trace_path}): the harness follows that file")
+    if "ask" in command and "--json" not in command:
+        extra.append("--json")
+    return [*command, *extra]
+
+
+def _last_json_line(text: str) -> dict[str, Any] | None:
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            try:
+                data = json.loads(line)
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def run_experiment(
+    command: list[str],
+    *,
+    timeout: float,
+    trace_path: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    live: bool = True,
+    sample_interval: float = 0.2,
+    grace: float = 0.3,
+    settle: float = SETTLE,
+    force_live: bool = False,
+) -> RunRecord:
+    """Run ``command`` for at most ``timeout`` seconds; return what happened.
+
+    ``env`` adds to (and overrides) the harness's own environment.  The trace
+    file is removed first: the agent appends, and old events would mix in.
+    A miniagent command without ``--trace``/``--json`` gets them appended.
+    ``grace``: SIGTERM -> SIGKILL.  ``settle``: once the agent is gone, how
+    long the rest of the tree may take to exit by itself before it counts as
+    left behind (``processes_left``) and is killed.
+    Ctrl-C during the run kills the tree like a timeout and returns a record
+    whose outcome is ``"interrupted"``; the caller decides whether to stop.
+    """
+    trace_path = Path(trace_path)
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+    trace_path.unlink(missing_ok=True)
+    command = _with_trace_flags(command, trace_path)
+    record = RunRecord(command=command, timeout=timeout, trace_path=str(trace_path),
+                       started_at=datetime.now().isoformat(timespec="seconds"))
+    follower, progress = TraceFollower(trace_path), Progress()
+    samples: list[list[float]] = []
+    interrupted = timed_out = False
+    killed_at: float | None = None
+    exited_at: float | None = None
+
+    # Temporary files, not pipes: nobody has to drain them, and an orphan that
+    # inherited them cannot make the harness wait for an EOF.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, _LiveView(live, force_live) as view:
+        started = time.monotonic()
+        deadline = started + timeout
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                env={**os.environ, **env} if env else None, cwd=cwd,
+                                start_new_session=True)  # own group: one killpg reaches it all
+        sampler = TreeSampler(proc.pid)
+        next_sample = started + sample_interval
+        try:
+            try:
+                while proc.poll() is None:
+                    now = time.monotonic()
+                    if now >= deadline:
+                        timed_out = True
+                        break
+                    for event in follower.poll():
+                        progress.add(event, now - started)
+                    if now >= next_sample:
+                        cpu, rss, count = sampler.sample()
+                        samples.append([round(now - started, 3), round(cpu, 1), round(rss, 1), count])
+                        next_sample += sample_interval
+                    view.update(elapsed=now - started, timeout=timeout, progress=progress, samples=samples)
+                    # sleep to whichever comes first: the next tick or the deadline
+                    time.sleep(max(0.0, min(TICK, deadline - time.monotonic())))
+                else:
+                    exited_at = time.monotonic()  # ended by itself
+            except KeyboardInterrupt:
+                interrupted = True
+        finally:
+            # The same path for timeout, Ctrl-C and any harness error: nothing may outlive the run.
+            with _sigint_ignored():
+                if proc.poll() is None:
+                    sampler.discover()  # a child born since the last sample must be known before the kill
+                    killed_at = _stop_agent(proc, grace)
+                elif exited_at is None:  # it ended by itself just as the deadline (or Ctrl-C) came
+                    exited_at, timed_out = time.monotonic(), False
+                survivors, record.outlived_agent = _find_survivors(sampler, settle,
+                                                                   since=killed_at or exited_at or time.monotonic())
+                record.processes_left = [{"pid": p.pid, "cmdline": sampler.seen.get(p.pid, {}).get("cmdline")
+                                          or _cmdline(p)} for p in survivors]
+                record.cleanup_ok = _kill_all(survivors) if survivors else True
+        ended = time.monotonic()
+        for event in follower.finish():
+            progress.add(event, ended - started)
+        out.seek(0)
+        stdout = out.read().decode("utf-8", "replace")
+        err.seek(0)
+        stderr = err.read().decode("utf-8", "replace")
+        status = "interrupted" if interrupted else "killed at the timeout" if timed_out else "finished"
+        view.update(elapsed=ended - started, timeout=timeout, progress=progress, samples=samples, status=status)
+
+    record.exit_code = proc.returncode
+    record.wall_s = round((killed_at or exited_at or ended) - started, 3)
+    if timed_out and killed_at is not None:
+        record.kill_latency_s = round(killed_at - deadline, 3)
+    record.stderr_tail = stderr.splitlines()[-STDERR_LINES:]
+    record.bad_trace_lines = follower.bad_lines
+    record.pids_seen = list(sampler.seen.values())
+    _fill_from_trace(record, progress)
+    _fill_cpu(record, samples, progress.first_event_at)
+    _fill_outcome(record, progress, _last_json_line(stdout), timed_out=timed_out, interrupted=interrupted)
+    return record
+
+
+def _fill_from_trace(record: RunRecord, progress: Progress) -> None:
+    record.turns = progress.turns
+    record.tool_calls = sum(progress.tool_calls.values())
+    record.tool_calls_by_tool = dict(progress.tool_calls)
+    record.identical_calls = progress.identical_calls
+    record.tool_errors = progress.tool_errors
+    record.last_action = progress.last_action
+    record.scratchpad_tail = list(progress.tail)
+    record.loop_start_s = None if progress.first_event_at is None else round(progress.first_event_at, 3)
+
+
+def _fill_cpu(record: RunRecord, samples: list[list[float]], loop_start: float | None) -> None:
+    record.samples = samples
+    if not samples:
+        return
+    cpus = [s[1] for s in samples]
+    # A sample covers the time since the previous one; keep those that lie
+    # wholly inside the loop, so the imports' CPU does not make an idle hang look busy.
+    loop = [cur[1] for prev, cur in zip(samples, samples[1:]) if loop_start is not None and prev[0] >= loop_start]
+    window = loop or cpus
+    record.cpu_loop_samples = len(loop)
+    record.cpu_mean = round(sum(window) / len(window), 1)
+    record.cpu_max = round(max(window), 1)
+    record.cpu_mean_total = round(sum(cpus) / len(cpus), 1)
+    record.rss_max_mb = round(max(s[2] for s in samples), 1)
+
+
+def _fill_outcome(record: RunRecord, progress: Progress, printed: dict[str, Any] | None, *,
+                  timed_out: bool, interrupted: bool) -> None:
+    stop = progress.stop or {}
+    record.stop_reason = (printed or {}).get("stop_reason") or stop.get("stop_reason")
+    record.answer = (printed or {}).get("answer", stop.get("answer"))
+    if interrupted:
+        record.outcome = "interrupted"
+    elif timed_out:
+        record.outcome = "timeout"  # even if a stop event came: the process did not end in time
+    elif record.stop_reason == "answered":
+        record.outcome = "answer"
+    elif record.stop_reason:
+        record.outcome = "fallback"
+    else:
+        record.outcome = "crash"  # ended without telling how
+
+
+def summary(record: RunRecord) -> str:
+    """One line for a terminal or a log."""
+    calls = ", ".join(f"{t} x{n}" for t, n in sorted(record.tool_calls_by_tool.items())) or "no tool calls"
+    kill = f", killed {record.kill_latency_s:+.2f} s after the deadline" if record.kill_latency_s is not None else ""
+    return (f"{record.outcome} (stop_reason {record.stop_reason}) after {record.wall_s:.1f} s{kill}; "
+            f"{record.turns} turns, {calls}; cpu mean {record.cpu_mean:.0f} % max {record.cpu_max:.0f} %; "
+            f"rss max {record.rss_max_mb:.0f} MB; processes left: {len(record.processes_left)}")
+
+
+# --------------------------------------------------------------------------
+# Saving: JSON and a hand-written SVG chart
+# --------------------------------------------------------------------------
+
+PANEL_W, PANEL_H = 640, 320
+MARGIN = {"left": 56, "right": 70, "top": 46, "bottom": 42}
+
+
+def _nice_step(span: float, max_ticks: int = 8) -> float:
+    for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600):
+        if span / step <= max_ticks:
+            return step
+    return span / max_ticks
+
+
+def _x_end(record: RunRecord) -> float:
+    last = record.samples[-1][0] if record.samples else 0.0
+    return max(record.wall_s, last, 0.5)
+
+
+def _y_top(records: list[RunRecord]) -> float:
+    peak = max([s[1] for r in records for s in r.samples] + [0.0])
+    return max(100.0 * CORES, 200.0, math.ceil(peak / 50) * 50)
+
+
+def _chart(record: RunRecord, *, x0: float, x_max: float, y_max: float, title: str) -> list[str]:
+    """The SVG elements of one chart, placed at horizontal offset ``x0``."""
+    left, top = x0 + MARGIN["left"], MARGIN["top"]
+    w = PANEL_W - MARGIN["left"] - MARGIN["right"]
+    h = PANEL_H - MARGIN["top"] - MARGIN["bottom"]
+    bottom = top + h
+
+    def px(t: float) -> float:
+        return left + t / x_max * w
+
+    def py(cpu: float) -> float:
+        return bottom - min(cpu, y_max) / y_max * h
+
+    out = [f'<text x="{x0 + PANEL_W / 2}" y="18" class="title">{escape(title)}</text>']
+    sub = (f"outcome {record.outcome} · stop_reason {record.stop_reason or '-'} · "
+           f"cpu mean {record.cpu_mean:.0f} % · tool calls {record.tool_calls} · "
+           f"processes left {len(record.processes_left)}")
+    out.append(f'<text x="{x0 + PANEL_W / 2}" y="34" class="sub">{escape(sub)}</text>')
+    out.append(f'<rect x="{left}" y="{top}" width="{w}" height="{h}" class="frame"/>')
+    for cpu in range(0, int(y_max) + 1, 50):  # horizontal grid and y labels
+        y = py(cpu)
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + w}" y2="{y:.1f}" class="grid"/>')
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" class="ylabel">{cpu} %</text>')
+    step = _nice_step(x_max)
+    t = 0.0
+    while t <= x_max + 1e-9:  # x ticks
+        x = px(t)
+        out.append(f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 4}" class="axis"/>')
+        out.append(f'<text x="{x:.1f}" y="{bottom + 16}" class="xlabel">{t:g}</text>')
+        t += step
+    out.append(f'<text x="{left + w / 2}" y="{bottom + 34}" class="xlabel">seconds since start</text>')
+    out.append(f'<text x="{x0 + 14}" y="{top + h / 2}" class="xlabel" '
+               f'transform="rotate(-90 {x0 + 14} {top + h / 2})">CPU % of the process tree</text>')
+    one_core = py(100)
+    out.append(f'<line x1="{left}" y1="{one_core:.1f}" x2="{left + w}" y2="{one_core:.1f}" class="core"/>')
+    out.append(f'<text x="{left + w + 4}" y="{one_core + 4:.1f}" class="note">one core</text>')
+    if record.loop_start_s is not None and record.loop_start_s <= x_max:
+        x = px(record.loop_start_s)
+        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom}" class="start"/>')
+        out.append(f'<text x="{x + 3:.1f}" y="{top + 12}" class="note">loop starts</text>')
+    if record.outcome in ("timeout", "interrupted"):
+        at = record.timeout if record.outcome == "timeout" else record.wall_s
+        x = px(min(at, x_max))
+        label = "timeout: kill" if record.outcome == "timeout" else "Ctrl-C: kill"
+        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom}" class="kill"/>')
+        out.append(f'<text x="{x - 3:.1f}" y="{top + 24}" class="note end">{label}</text>')
+    points = " ".join(f"{px(s[0]):.1f},{py(s[1]):.1f}" for s in record.samples)
+    out.append(f'<polyline points="{points}" class="cpu"/>')
+    return out
+
+
+_STYLE = """<style>
+  text { font-family: sans-serif; font-size: 11px; fill: #222; }
+  .title { font-size: 14px; font-weight: bold; text-anchor: middle; }
+  .sub { font-size: 11px; text-anchor: middle; fill: #555; }
+  .ylabel { text-anchor: end; } .xlabel { text-anchor: middle; }
+  .note { font-size: 10px; fill: #555; } .end { text-anchor: end; }
+  .frame { fill: white; stroke: #999; } .grid { stroke: #eee; } .axis { stroke: #999; }
+  .core { stroke: #888; stroke-dasharray: 6 4; }
+  .start { stroke: #aaa; stroke-dasharray: 2 3; }
+  .kill { stroke: #c0392b; stroke-width: 1.5; }
+  .cpu { fill: none; stroke: #1f6fb2; stroke-width: 1.8; stroke-linejoin: round; }
+</style>"""
+
+
+def _svg(width: int, parts: list[str]) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{PANEL_H}" '
+            f'viewBox="0 0 {width} {PANEL_H}">\n{_STYLE}\n'
+            f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(parts) + "\n</svg>\n")
+
+
+def write_svg(record: RunRecord, path: Path, title: str | None = None) -> Path:
+    """A self-contained SVG line chart of the tree's CPU % over time."""
+    title = title or f"miniagent run {record.started_at}"
+    path = Path(path)
+    path.write_text(_svg(PANEL_W, _chart(record, x0=0, x_max=_x_end(record), y_max=_y_top([record]),
+                                         title=title)), encoding="utf-8")
+    return path
+
+
+def write_svg_pair(broken: RunRecord, fixed: RunRecord, path: Path,
+                   titles: tuple[str, str] = ("broken", "fixed")) -> Path:
+    """Two charts side by side on the same scales, so the eye compares like with like."""
+    x_max = max(_x_end(broken), _x_end(fixed))
+    y_max = _y_top([broken, fixed])
+    parts = _chart(broken, x0=0, x_max=x_max, y_max=y_max, title=titles[0])
+    parts += _chart(fixed, x0=PANEL_W, x_max=x_max, y_max=y_max, title=titles[1])
+    path = Path(path)
+    path.write_text(_svg(2 * PANEL_W, parts), encoding="utf-8")
+    return path
+
+
+def save_record(record: RunRecord, directory: Path, title: str | None = None) -> tuple[Path, Path]:
+    """``<directory>/<timestamp>-<outcome>.json`` and ``.svg``; never overwrites an earlier run."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = (record.started_at or datetime.now().isoformat(timespec="seconds")).replace(":", "").replace("-", "")
+    stem, n = f"{stamp}-{record.outcome}", 1
+    while (directory / f"{stem}.json").exists():
+        n += 1
+        stem = f"{stamp}-{record.outcome}-{n}"
+    json_path = directory / f"{stem}.json"
+    json_path.write_text(json.dumps(record.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return json_path, write_svg(record, directory / f"{stem}.svg", title=title)
+
+
+def load_record(path: Path) -> RunRecord:
+    return RunRecord.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+# --------------------------------------------------------------------------
+# python -m miniagent.harness
+# --------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m miniagent.harness",
+                                     description="Run a command under the harness: time limit, tree CPU, kill, "
+                                                 "leftovers.")
+    parser.add_argument("--timeout", type=float, default=10.0)
+    parser.add_argument("--trace", default="runs/trace.jsonl", help="trace file (default runs/trace.jsonl)")
+    parser.add_argument("--out", default=None, help="directory for the JSON record and SVG chart")
+    parser.add_argument("--no-live", action="store_true")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python -m miniagent ask ...")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+    record = run_experiment(command, timeout=args.timeout, trace_path=Path(args.trace), live=not args.no_live)
+    print(summary(record))
+    for line in record.scratchpad_tail:
+        print("   ", line)
+    if args.out:
+        json_path, svg_path = save_record(record, Path(args.out))
+        print(f"saved {json_path} and {svg_path}")
+    return 0 if record.outcome in ("answer", "fallback") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

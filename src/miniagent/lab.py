@@ -1,0 +1,238 @@
+"""What the lab's invoke tasks do: list, break, fix, check, predict, exp, tour, check-breaks.
+
+An experiment is hypothesis -> method -> rollback, always in that order:
+the learner's prediction is read, the variant runs from a throwaway copy of
+the source under the harness, the copy is deleted whatever happened, and
+the observation is printed beside the prediction and appended to the notes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from . import notebook
+from .breaks import ROOT, Break, BreakError, agent_command, apply_to_tree, catalogue, find, is_applied, \
+    make_sandbox, revert_in_tree, source_digest
+from .harness import RunRecord, run_experiment, save_record, summary
+
+console = Console()
+BASELINE = "baseline"
+RUNS = ROOT / "runs"
+
+
+def list_breaks() -> None:
+    console.print("[bold]The break catalogue[/]: `invoke exp --variant ALIAS` runs one, `invoke break ALIAS` applies it")
+    for brk in catalogue():
+        model = "real model" if brk.real_model else f"stand-in {brk.llm}"
+        applied = " [red](applied in your src/)[/]" if is_applied(brk) else ""
+        console.print(f"  [bold]{brk.id:<20}[/] {brk.title['en']} [dim]({model})[/]{applied}", highlight=False)
+
+
+def break_tree(variant: str) -> None:
+    brk = find(variant)
+    apply_to_tree(brk)
+    console.print(f"[bold red]{brk.id}[/] applied to src/: {brk.removes}.\n"
+                  f"Study the diff with `git diff src/`, run `invoke check {brk.alias}` to see the guard tests "
+                  f"fail, fix it yourself, or `invoke fix {brk.alias}` to revert exactly.")
+
+
+def fix_tree(variant: str) -> None:
+    brk = find(variant)
+    revert_in_tree(brk)
+    console.print(f"[bold green]{brk.id}[/] reverted: src/ is as before the break.")
+
+
+def check(variant: str | None) -> int:
+    """Run the guard tests of one break (or all guard tests) against the learner's own source."""
+    tests = find(variant).tests if variant else ["tests/test_guards.py", "tests/test_config.py",
+                                                 "tests/test_no_orphans.py"]
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "--timeout", "60", *tests], cwd=ROOT).returncode
+
+
+def predict(variant: str, learner: str) -> None:
+    brk = find(variant)
+    path, created = notebook.add_prediction(ROOT, learner, brk.id, brk.title["en"])
+    if created:
+        console.print(f"Added a prediction section for {brk.id} to {path.relative_to(ROOT)}.\n"
+                      f"Fill in the values, say why, then run `invoke exp --variant {brk.alias} --learner {learner}`.")
+    else:
+        console.print(f"You already have a prediction section for {brk.id} in {path.relative_to(ROOT)}; edit it there.")
+
+
+def _resolve(variant: str) -> Break | None:
+    return None if variant == BASELINE else find(variant)
+
+
+def exp(variant: str, *, question: str | None = None, timeout: float | None = None, llm: str | None = None,
+        learner: str | None = None, live: bool = True, as_json: bool = False, flags: list[str] | None = None,
+        runs_dir: Path = RUNS) -> RunRecord | None:
+    brk = _resolve(variant)
+    variant_id = brk.id if brk else BASELINE
+    # Hypothesis: a learner who names themselves predicts first.
+    prediction = None
+    if learner and brk is not None:
+        prediction = notebook.read_prediction(ROOT, learner, brk.id)
+        if prediction is None:
+            console.print(notebook.how_to_predict(brk.id, learner))
+            return None
+    question = question or (brk.input if brk else "Please conjugate the verb eat lovingly in the dreaming tense")
+    timeout = timeout or (brk.timeout_s if brk else 30.0)
+    llm = llm or (brk.llm if brk else "llama")
+    run_flags = flags if flags is not None else (brk.flags if brk else [])
+    # Method: run the variant from a throwaway copy; rollback: delete the copy, always.
+    sandbox = make_sandbox(brk)
+    try:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        if not as_json:
+            console.print(f"[bold]{variant_id}[/] with {llm} on {question!r}, timeout {timeout:g} s "
+                          f"(source copy: {sandbox})")
+        record = run_experiment(agent_command(question, sandbox / "trace.jsonl", llm=llm, flags=run_flags),
+                                timeout=timeout, trace_path=sandbox / "trace.jsonl",
+                                env={"PYTHONPATH": str(sandbox / "src")}, cwd=sandbox, live=live and not as_json)
+    finally:
+        shutil.rmtree(sandbox, ignore_errors=True)
+    json_path, svg_path = save_record(record, runs_dir / variant_id, title=f"{variant_id} — {llm}")
+    if as_json:
+        print(json.dumps({**record.to_dict(), "variant": variant_id, "llm": llm, "json_path": str(json_path),
+                          "svg_path": str(svg_path)}))
+    else:
+        report(record, json_path, svg_path)
+    if prediction is not None and brk is not None and learner:
+        rows = notebook.compare(prediction, record.to_dict())
+        console.print(notebook.render_comparison(rows))
+        path = notebook.append_observation(ROOT, learner, brk.id, record.to_dict(), rows, json_path, svg_path,
+                                           when=stamp)
+        console.print(f"Observation appended to {path.relative_to(ROOT)}.")
+    return record
+
+
+def report(record: RunRecord, json_path: Path, svg_path: Path) -> None:
+    table = Table(show_header=False, title="observed")
+    rows = [
+        ("outcome", record.outcome), ("stop reason", str(record.stop_reason)),
+        ("wall", f"{record.wall_s:.1f} s (timeout {record.timeout:g} s)"),
+        ("CPU mean / max", f"{record.cpu_mean:.0f} % / {record.cpu_max:.0f} % (100 % = one core)"),
+        ("tool calls", f"{record.tool_calls} {record.tool_calls_by_tool or ''}"),
+        ("identical calls", str(record.identical_calls)), ("tool errors", str(record.tool_errors)),
+        ("turns", str(record.turns)),
+        ("processes left", ", ".join(f"{p['pid']} {p['cmdline'][:60]}" for p in record.processes_left) or "0"),
+    ]
+    if record.kill_latency_s is not None:
+        rows.append(("killed", f"{record.kill_latency_s:+.2f} s after the deadline"))
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+    if record.answer:
+        console.print(f"[bold]answer:[/] {record.answer}")
+    if record.scratchpad_tail:
+        console.print("[bold]last lines of the scratchpad:[/]")
+        for line in record.scratchpad_tail:
+            console.print(f"  {line}", markup=False, highlight=False)
+    console.print(f"saved: {json_path.relative_to(ROOT) if json_path.is_relative_to(ROOT) else json_path} "
+                  f"and {svg_path.name}")
+
+
+def tour(learner: str | None = None, *, as_json: bool = False, llm: str | None = None) -> list[dict]:
+    """Run every break (predictions first when a learner is named), then one summary table."""
+    results = []
+    for brk in catalogue():
+        if not as_json:
+            console.rule(f"{brk.id}: {brk.title['en']}")
+        prediction = notebook.read_prediction(ROOT, learner, brk.id) if learner else None
+        if learner and prediction is None and not as_json:
+            console.print(f"(no prediction for {brk.id} in your notes: `invoke predict --variant {brk.alias} "
+                          f"--learner {learner}` first to be scored)")
+        record = exp(brk.alias, learner=learner if prediction else None, live=not as_json, as_json=False,
+                     llm=llm) if not as_json else exp(brk.alias, live=False, as_json=False, llm=llm)
+        rows = notebook.compare(prediction, record.to_dict()) if prediction and record else []
+        hits = [r.hit for r in rows if r.hit is not None]
+        results.append({"id": brk.id, "llm": llm or brk.llm, "real_model": (llm or brk.llm) == "llama",
+                        "predicted": prediction, "record": record.to_dict() if record else None,
+                        "hits": sum(hits), "fields": len(hits)})
+    if as_json:
+        print(json.dumps(results))
+    else:
+        table = Table(title="failure-mode tour")
+        for column in ("break", "model", "predicted outcome", "observed", "hit/miss"):
+            table.add_column(column)
+        for r in results:
+            rec = r["record"] or {}
+            predicted = (r["predicted"] or {}).get("outcome") or "-"
+            observed = f"{rec.get('outcome')} / {rec.get('stop_reason')} / cpu {rec.get('cpu_mean', 0):.0f} %"
+            score = f"{r['hits']}/{r['fields']} fields" if r["fields"] else "no prediction"
+            table.add_row(r["id"], r["llm"], str(predicted), observed, score)
+        console.print(table)
+    return results
+
+
+def check_breaks(*, use_ci_models: bool = True, only: str | None = None) -> int:
+    """Maintainer check: every break applies, is caught by its guard tests, shows its symptom, reverts exactly."""
+    failures: list[str] = []
+    original = source_digest(ROOT / "src")
+    for brk in catalogue():
+        if only and only not in (brk.id, brk.alias):
+            continue
+        problems = _check_one(brk, use_ci_models)
+        status = "[green]ok[/]" if not problems else "[red]FAIL[/] " + "; ".join(problems)
+        console.print(f"{brk.id}: {status}")
+        failures += [f"{brk.id}: {p}" for p in problems]
+    if source_digest(ROOT / "src") != original:
+        failures.append("the check changed src/")
+    console.print(f"{len(failures)} problem(s)" if failures else "every break is caught and reverts cleanly")
+    return 1 if failures else 0
+
+
+def _check_one(brk: Break, use_ci_models: bool) -> list[str]:
+    problems = []
+    work = Path(tempfile.mkdtemp(prefix=f"miniagent-check-{brk.id}-"))
+    try:
+        shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")  # markers and test paths
+        before = source_digest(work / "src")
+        # 1. the patch applies to the current source
+        applied = subprocess.run(["git", "apply", str(brk.patch)], cwd=work, capture_output=True, text=True)
+        if applied.returncode != 0:
+            return [f"patch does not apply: {applied.stderr.strip()}"]
+        # 2. its guard tests catch it (they must fail against the broken copy)
+        env = {"PYTHONPATH": str(work / "src")}
+        tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "--timeout", "40", "-p", "no:cacheprovider",
+                                *brk.tests], cwd=work, capture_output=True, text=True, env={**_env(), **env})
+        if tests.returncode == 0:
+            problems.append("the guard tests pass with the break applied: the break is not caught")
+        # 3. the harness observes the declared symptom
+        record = run_experiment(agent_command(brk.input, work / "trace.jsonl",
+                                              llm=brk.ci_llm if use_ci_models else brk.llm, flags=brk.flags),
+                                timeout=brk.timeout_s, trace_path=work / "trace.jsonl", env=env, cwd=work,
+                                live=False)
+        problems += [f"symptom: {p} ({summary(record)})" for p in brk.expect.failures(record.to_dict())]
+        if record.processes_left and not brk.expect.processes_left_min:
+            problems.append(f"left processes behind: {record.processes_left}")
+        if not record.cleanup_ok:
+            problems.append("the harness could not clean up the process tree")
+        # 4. the revert restores every file byte for byte
+        reverted = subprocess.run(["git", "apply", "--reverse", str(brk.patch)], cwd=work, capture_output=True,
+                                  text=True)
+        if reverted.returncode != 0 or source_digest(work / "src") != before:
+            problems.append("the revert does not restore the source byte for byte")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return problems
+
+
+def _env() -> dict:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
+
+
+__all__ = ["BreakError", "list_breaks", "break_tree", "fix_tree", "check", "predict", "exp", "tour", "check_breaks"]

@@ -1,0 +1,543 @@
+"""The predictions notebook: write down what a break will do, then compare with what it did.
+
+Each learner has one Markdown file, ``learners/NAME/phase-32/notes/breaks.md``.
+``invoke predict`` appends an empty prediction section for a break; the learner
+fills it in by hand; ``invoke exp`` runs the broken agent, reads the prediction
+back, and appends what was observed next to it.
+
+The file belongs to the learner, so this module follows one rule everywhere:
+**it only ever appends**.  It never rewrites, reorders or "fixes" what is
+already there; every write opens the file in append mode, so the old bytes
+cannot change even if this code has a bug in how it builds the new text.
+
+The API:
+
+- :func:`add_prediction`    -- append an empty prediction section for a break
+- :func:`read_prediction`   -- parse the learner's filled-in prediction block
+- :func:`compare`           -- prediction vs observed record, one :class:`Row` per field
+- :func:`append_observation` -- append an "Observed" block (record, table, links)
+- :func:`render_comparison` -- the same comparison as a rich table for the terminal
+- :func:`how_to_predict`    -- what to tell a learner who has not predicted yet
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+# --------------------------------------------------------------------------
+# The shape of a prediction
+# --------------------------------------------------------------------------
+
+OUTCOMES = ("answer", "fallback", "timeout", "crash")
+
+# field -> comment shown next to it in the prediction block.  The order here
+# is the order of the block, the observed block and the comparison table.
+FIELDS: dict[str, str] = {
+    "outcome": "answer | fallback | timeout | crash",
+    "wall_s": "seconds until it ends or is killed",
+    "cpu_percent": "mean CPU of the process tree, 100 = one core",
+    "tool_calls": "MCP tool calls made",
+    "processes_left": "processes still alive after the run",
+}
+NUMERIC_FIELDS = ("wall_s", "cpu_percent", "tool_calls", "processes_left")
+
+# A value the learner has not filled in yet.
+NOT_PREDICTED = ("", "?")
+
+NOTEBOOK_RELPATH = Path("phase-32") / "notes" / "breaks.md"
+TEMPLATE_LEARNER = "_template"
+
+# Used when the repository's template notebook is not there (e.g. in tests).
+_DEFAULT_HEADER = (
+    "# My predictions for the breaks\n"
+    "\n"
+    "Predict first, then run: `invoke predict --variant ID --learner NAME` adds a\n"
+    "section here; replace each `?`, say why, then run `invoke exp`.  These notes\n"
+    "are yours: the lab only ever appends to this file.\n"
+)
+
+
+class PredictionError(ValueError):
+    """A prediction block the learner wrote cannot be read; the message names the line."""
+
+    def __init__(self, path: Path, lineno: int | None, line: str | None, problem: str):
+        self.path, self.lineno, self.line, self.problem = path, lineno, line, problem
+        where = f"{path}:{lineno}" if lineno is not None else str(path)
+        shown = f' "{line.strip()}"' if line is not None else ""
+        super().__init__(f"{where}:{shown} {problem}")
+
+
+# --------------------------------------------------------------------------
+# Paths and names
+# --------------------------------------------------------------------------
+
+_LEARNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def notebook_path(root: str | os.PathLike = ".", learner: str = "") -> Path:
+    """``ROOT/learners/NAME/phase-32/notes/breaks.md``.
+
+    The name becomes a folder, so it must be a plain name: no slashes, no
+    ``..``, and not starting with ``_`` (``_template`` is the lab's, not a
+    learner's, and appending predictions to it would spoil every new notebook).
+    """
+    if not _LEARNER_RE.match(learner or "") or ".." in learner:
+        raise ValueError(
+            f"learner name {learner!r} is not usable as a folder name: "
+            "use letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return Path(root) / "learners" / learner / NOTEBOOK_RELPATH
+
+
+def alias_of(variant_id: str) -> str:
+    """``00-no-cap`` -> ``no-cap``: the short name learners type."""
+    return re.sub(r"^\d+-", "", variant_id)
+
+
+def _same_variant(heading_id: str, variant_id: str) -> bool:
+    # Accept the alias on either side, so "no-cap" finds "## 00-no-cap — ...".
+    return heading_id == variant_id or alias_of(heading_id) == alias_of(variant_id)
+
+
+# --------------------------------------------------------------------------
+# Reading the Markdown structure (headings outside code fences)
+# --------------------------------------------------------------------------
+
+_FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
+_H2_RE = re.compile(r"^ {0,3}##(?!#)\s+(.*?)\s*$")
+_H1_OR_H2_RE = re.compile(r"^ {0,3}#{1,2}(?!#)(\s|$)")
+
+
+@dataclass(frozen=True)
+class _Section:
+    variant_id: str  # the first word of the heading, e.g. "00-no-cap"
+    start: int       # index of the heading line
+    end: int         # index one past its last line
+
+
+def _lines(text: str) -> list[str]:
+    # The text comes from read_text(), which already turned "\r\n" into "\n",
+    # so CRLF files parse the same and line numbers match the learner's editor.
+    return text.split("\n")
+
+
+def _sections(lines: list[str]) -> list[_Section]:
+    """Every ``## <id> ...`` section, in file order.  A ``#`` inside a code fence is not a heading."""
+    heads: list[tuple[int, str | None]] = []  # (line index, variant id or None for a '#' heading)
+    fence: str | None = None
+    for i, line in enumerate(lines):
+        m = _FENCE_RE.match(line)
+        if m:
+            marker = m.group(1)
+            if fence is None:
+                fence = marker
+            elif marker[0] == fence[0] and len(marker) >= len(fence):
+                fence = None
+            continue
+        if fence is not None:
+            continue
+        h2 = _H2_RE.match(line)
+        if h2:
+            words = h2.group(1).split()
+            heads.append((i, words[0].rstrip(":") if words else ""))
+        elif _H1_OR_H2_RE.match(line):
+            heads.append((i, None))  # a level-1 heading also ends a section
+    sections = []
+    for n, (i, vid) in enumerate(heads):
+        if vid is None:
+            continue
+        end = heads[n + 1][0] if n + 1 < len(heads) else len(lines)
+        sections.append(_Section(vid, i, end))
+    return sections
+
+
+def _find_section(lines: list[str], variant_id: str) -> _Section | None:
+    # If a learner pasted the same section twice, the first one counts.
+    for s in _sections(lines):
+        if _same_variant(s.variant_id, variant_id):
+            return s
+    return None
+
+
+def _read_text(path: Path) -> str:
+    # utf-8-sig: an editor that adds a byte-order mark must not break parsing.
+    return path.read_text(encoding="utf-8-sig")
+
+
+# --------------------------------------------------------------------------
+# Appending (the only way this module writes)
+# --------------------------------------------------------------------------
+
+def _append(path: Path, new_text: str) -> None:
+    """Append ``new_text`` after a blank line, in the file's own line-ending style.
+
+    Only the last two bytes are looked at, to decide how many newlines are
+    needed so the new heading starts on a line of its own.  Append mode
+    ("ab") means the bytes already in the file are never written again.
+    """
+    old = path.read_bytes() if path.exists() else b""
+    newline = "\r\n" if b"\r\n" in old else "\n"
+    nl = newline.encode()
+    if not old:
+        sep = b""
+    elif old.endswith(nl + nl):
+        sep = b""
+    elif old.endswith(nl):
+        sep = nl
+    else:
+        sep = nl + nl  # the last line has no newline yet: end it, then a blank line
+    body = new_text.replace("\n", newline).encode("utf-8")
+    with path.open("ab") as f:
+        f.write(sep + body)
+
+
+def _ensure_notebook(root: Path, learner: str) -> Path:
+    """Create the learner's folders and notebook if missing; never touch an existing one."""
+    path = notebook_path(root, learner)
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    template = root / "learners" / TEMPLATE_LEARNER / NOTEBOOK_RELPATH
+    header = template.read_text(encoding="utf-8") if template.exists() else _DEFAULT_HEADER
+    # "x" (exclusive create): if two commands race, the second fails instead of overwriting.
+    with path.open("x", encoding="utf-8", newline="") as f:
+        f.write(header)
+    return path
+
+
+# --------------------------------------------------------------------------
+# 1. add_prediction
+# --------------------------------------------------------------------------
+
+def prediction_block(values: dict[str, Any] | None = None, fence: str = "prediction") -> str:
+    """The fenced ``key: value  # comment`` block; missing values are written as ``?``."""
+    values = values or {}
+    out = [f"```{fence}"]
+    for key, comment in FIELDS.items():
+        value = values.get(key)
+        shown = "?" if value is None else _fmt(value)
+        # Comments line up in one column, so the block reads like a form.
+        out.append(f"{key}: {shown}".ljust(19) + f" # {comment}")
+    out.append("```")
+    return "\n".join(out) + "\n"
+
+
+def add_prediction(root: str | os.PathLike, learner: str, variant_id: str, title: str) -> tuple[Path, bool]:
+    """Append an empty prediction section for ``variant_id``.
+
+    Returns ``(path, created)``.  If the notebook already has a section for
+    this variant, nothing is written and ``created`` is False: the learner's
+    prediction lives there and is edited there, never replaced.
+    """
+    root = Path(root)
+    path = _ensure_notebook(root, learner)
+    if _find_section(_lines(_read_text(path)), variant_id) is not None:
+        return path, False
+    heading = f"## {variant_id} — {title}" if title else f"## {variant_id}"
+    section = (
+        f"{heading}\n"
+        "\n"
+        "Before you run it: replace each `?` with your guess (leave `?` if you have none).\n"
+        "\n"
+        f"{prediction_block()}"
+        "\n"
+        "### Why I think so\n"
+        "\n"
+    )
+    _append(path, section)
+    return path, True
+
+
+# --------------------------------------------------------------------------
+# 2. read_prediction
+# --------------------------------------------------------------------------
+
+_NUMBER_RE = re.compile(r"^[~≈]?\s*(\d+(?:\.\d+)?)\s*(s|%)?$")
+
+
+def _parse_value(key: str, raw: str, path: Path, lineno: int, line: str) -> Any:
+    value = raw.strip()
+    if value in NOT_PREDICTED:
+        return None
+    if key == "outcome":
+        outcome = value.lower()
+        if outcome not in OUTCOMES:
+            raise PredictionError(path, lineno, line,
+                                  f"outcome must be one of {' | '.join(OUTCOMES)} (or ?), not {value!r}")
+        return outcome
+    m = _NUMBER_RE.match(value)
+    if not m:
+        hint = " (use a dot for decimals)" if re.fullmatch(r"\d+,\d+", value) else ""
+        raise PredictionError(path, lineno, line,
+                              f"{key} must be a number that is 0 or more (or ?), not {value!r}{hint}")
+    return float(m.group(1))
+
+
+def read_prediction(root: str | os.PathLike, learner: str, variant_id: str) -> dict[str, Any] | None:
+    """The learner's prediction for ``variant_id``, or None if there is nothing to compare yet.
+
+    Returns a dict with every key of :data:`FIELDS`; a field still ``?`` (or
+    empty) is None.  Numbers come back as floats, the outcome lower-cased.
+    Returns None when there is no notebook, no section for the variant, or
+    every field is still ``?``.  Raises :class:`PredictionError` (naming the
+    line) when the block cannot be read: a bad value, an unknown or repeated
+    key, a missing or unclosed block.
+    """
+    path = notebook_path(root, learner)
+    if not path.exists():
+        return None
+    lines = _lines(_read_text(path))
+    section = _find_section(lines, variant_id)
+    if section is None:
+        return None
+
+    # Find the ```prediction fence inside the section.
+    opening = None
+    for i in range(section.start, section.end):
+        m = _FENCE_RE.match(lines[i])
+        if m and m.group(2).lower() == "prediction":
+            opening = i
+            break
+    if opening is None:
+        raise PredictionError(path, section.start + 1, lines[section.start],
+                              "this section has no ```prediction block; "
+                              "copy one from learners/_template or add a new section")
+
+    fence = _FENCE_RE.match(lines[opening]).group(1)
+    values: dict[str, Any] = {key: None for key in FIELDS}
+    seen: set[str] = set()
+    for i in range(opening + 1, len(lines)):
+        line, lineno = lines[i], i + 1
+        m = _FENCE_RE.match(line)
+        if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+            break  # end of the block
+        content = line.split("#", 1)[0].strip()  # a '#' starts a comment
+        if not content:
+            continue
+        if ":" not in content:
+            raise PredictionError(path, lineno, line, "expected 'key: value'")
+        key, raw = content.split(":", 1)
+        key = key.strip().lower()
+        if key not in FIELDS:
+            raise PredictionError(path, lineno, line,
+                                  f"unknown key {key!r}; the keys are {', '.join(FIELDS)}")
+        if key in seen:
+            raise PredictionError(path, lineno, line, f"{key} is given twice")
+        seen.add(key)
+        values[key] = _parse_value(key, raw, path, lineno, line)
+    else:
+        raise PredictionError(path, opening + 1, lines[opening],
+                              "this ```prediction block is never closed with ```")
+
+    if all(v is None for v in values.values()):
+        return None
+    return values
+
+
+# --------------------------------------------------------------------------
+# 3. compare
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the comparison.  ``hit`` is None when the field was not predicted (or not observed)."""
+
+    field: str
+    predicted: Any
+    observed: Any
+    hit: bool | None
+    tolerance: str
+
+
+# A tiny slack so that an edge case such as 15.000000001 vs 15 still counts as on the edge.
+_EPS = 1e-9
+
+
+def observed_values(observed: dict[str, Any]) -> dict[str, Any]:
+    """The harness record under the prediction's field names (plus stop_reason)."""
+    left = observed.get("processes_left")
+    return {
+        "outcome": observed.get("outcome"),
+        "stop_reason": observed.get("stop_reason"),
+        "wall_s": observed.get("wall_s"),
+        "cpu_percent": observed.get("cpu_mean"),
+        # The harness lists the survivors; the learner predicts how many.
+        "processes_left": len(left) if isinstance(left, (list, tuple)) else left,
+        "tool_calls": observed.get("tool_calls"),
+    }
+
+
+def _judge(field: str, p: Any, o: Any) -> tuple[bool | None, str]:
+    """(hit, tolerance text) for one field.  Why these tolerances: a prediction
+    is about the *kind* of behaviour (stops quickly? spins a core? loops
+    hundreds of times?), not the exact number, so numbers get generous bands."""
+    if field == "outcome":
+        rule = "exact"
+        if p is None or o is None:
+            return None, rule
+        return str(p).lower() == str(o).lower(), rule
+    if field == "processes_left":
+        rule = "exact"
+        if p is None or o is None:
+            return None, rule
+        return float(p) == float(o), rule
+    if p is None:
+        rule = {"wall_s": "±50 % or ±3 s", "cpu_percent": "±25 points",
+                "tool_calls": "×2 or ±2"}[field]
+        return None, rule
+    p = float(p)
+    if field == "wall_s":
+        band = max(0.5 * abs(p), 3.0)
+        lo, hi = p - band, p + band
+        rule = f"±{_fmt(band)} s ({_fmt(max(lo, 0))}–{_fmt(hi)} s)"
+    elif field == "cpu_percent":
+        lo, hi = p - 25, p + 25
+        rule = f"±25 points ({_fmt(max(lo, 0))}–{_fmt(hi)} %)"
+    else:  # tool_calls: a factor of 2 or ±2, whichever is wider
+        lo, hi = min(p / 2, p - 2), max(p * 2, p + 2)
+        rule = f"×2 or ±2 ({_fmt(max(lo, 0))}–{_fmt(hi)})"
+    if o is None:
+        return None, rule
+    o = float(o)
+    return lo - _EPS <= o <= hi + _EPS, rule
+
+
+def compare(prediction: dict[str, Any], observed: dict[str, Any]) -> list[Row]:
+    """One :class:`Row` per prediction field, in the order of :data:`FIELDS`.
+
+    ``observed`` is the harness record (``cpu_mean``, a list ``processes_left``);
+    it is mapped onto the prediction's field names first.
+    """
+    prediction = prediction or {}
+    seen = observed_values(observed)
+    rows = []
+    for field in FIELDS:
+        p, o = prediction.get(field), seen.get(field)
+        hit, rule = _judge(field, p, o)
+        rows.append(Row(field, p, o, hit, rule))
+    return rows
+
+
+# --------------------------------------------------------------------------
+# 4. append_observation
+# --------------------------------------------------------------------------
+
+def _fmt(value: Any) -> str:
+    """Numbers for people: 30.0 -> 30, 98.666 -> 98.7; None -> ?."""
+    if value is None:
+        return "?"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        rounded = round(float(value), 1)
+        return str(int(rounded)) if rounded == int(rounded) else f"{rounded:.1f}"
+    return str(value)
+
+
+def _hit_word(hit: bool | None, predicted: Any) -> str:
+    if hit is None:
+        return "not predicted" if predicted is None else "not observed"
+    return "hit" if hit else "miss"
+
+
+def _link(target: str | os.PathLike | None, root: Path, notebook: Path) -> str | None:
+    if target is None:
+        return None
+    target = Path(target)
+    if not target.is_absolute():
+        target = root / target  # relative paths are taken from the lab root, like the notebook
+    rel = os.path.relpath(target.resolve(), notebook.parent.resolve())
+    return Path(rel).as_posix()
+
+
+def append_observation(root: str | os.PathLike, learner: str, variant_id: str, observed: dict[str, Any],
+                       rows: list[Row] | None, json_path: str | os.PathLike | None,
+                       svg_path: str | os.PathLike | None, when: str) -> Path:
+    """Append an ``### Observed`` block for one run: the record, the comparison, links to the run.
+
+    Every run adds a new block at the end of the file.  If the variant's
+    section is the last one, the block reads as part of it
+    (``### Observed (when)``); otherwise it names the variant
+    (``### Observed — 00-no-cap (when)``), because it lands under another
+    section and moving text around in the learner's file is not allowed.
+    """
+    root = Path(root)
+    path = _ensure_notebook(root, learner)
+    sections = _sections(_lines(_read_text(path)))
+    is_last = bool(sections) and _same_variant(sections[-1].variant_id, variant_id)
+    heading = f"### Observed ({when})" if is_last else f"### Observed — {variant_id} ({when})"
+
+    seen = observed_values(observed)
+    record = ["```observed"]
+    for key in ("outcome", "stop_reason", *NUMERIC_FIELDS):
+        # One line per key, even if a stop reason spans lines (the block must stay parseable).
+        record.append(f"{key}: {' '.join(_fmt(seen.get(key)).split())}")
+    record.append("```")
+
+    parts = [heading, "", *record, ""]
+    if rows:
+        parts += ["| | predicted | observed | hit/miss | tolerance |",
+                  "|---|---|---|---|---|"]
+        for r in rows:
+            parts.append(f"| {r.field} | {_fmt(r.predicted)} | {_fmt(r.observed)} "
+                         f"| {_hit_word(r.hit, r.predicted)} | {r.tolerance} |")
+        parts.append("")
+    else:
+        parts += ["No prediction was written before this run.", ""]
+
+    links = []
+    for label, target in (("run record", json_path), ("chart", svg_path)):
+        rel = _link(target, root, path)
+        if rel:
+            links.append(f"- {label}: [{Path(rel).name}]({rel})")
+    if links:
+        parts += [*links, ""]
+
+    _append(path, "\n".join(parts))
+    return path
+
+
+# --------------------------------------------------------------------------
+# 5. Terminal output
+# --------------------------------------------------------------------------
+
+def render_comparison(rows: list[Row]) -> Table:
+    """The comparison as a rich table: hits green, misses red, fields not predicted dim."""
+    table = Table(title="Your prediction vs what happened", title_justify="left")
+    table.add_column("field")
+    table.add_column("predicted", justify="right")
+    table.add_column("observed", justify="right")
+    table.add_column("result")
+    table.add_column("tolerance", style="dim")
+    for r in rows:
+        word = _hit_word(r.hit, r.predicted)
+        if r.hit is None:
+            table.add_row(r.field, _fmt(r.predicted), _fmt(r.observed), word, r.tolerance, style="dim")
+        else:
+            colour = "green" if r.hit else "red"
+            table.add_row(r.field, _fmt(r.predicted), _fmt(r.observed),
+                          f"[bold {colour}]{word}[/]", r.tolerance)
+    return table
+
+
+def how_to_predict(variant_id: str, learner: str) -> str:
+    """What to print when a learner runs a break without a prediction."""
+    alias = alias_of(variant_id)
+    notes = (Path("learners") / learner / NOTEBOOK_RELPATH).as_posix()
+    return (
+        f"You have no prediction for {variant_id} yet. Predict first: the lesson is the gap\n"
+        f"between what you expect and what happens.\n"
+        f"  1. invoke predict --variant {alias} --learner {learner}\n"
+        f"  2. open {notes} and replace each ? in the prediction block with your guess\n"
+        f"     (and write a line under 'Why I think so')\n"
+        f"  3. run the experiment again: invoke exp --variant {alias} --learner {learner}"
+    )

@@ -1,0 +1,197 @@
+"""Lab tasks: `invoke --list` shows them all.
+
+Every task is a thin front for a module of `miniagent`, so what a learner
+runs here is exactly what the tests exercise.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from invoke import task
+
+ROOT = Path(__file__).resolve().parent
+PY = shlex.quote(sys.executable)
+
+
+def _run(c, command: str, *, pty: bool = False) -> int:
+    """Run a command from the repo root; exit with its status, without invoke's traceback."""
+    with c.cd(str(ROOT)):
+        result = c.run(command, warn=True, pty=pty)
+    if result is None:
+        return 0
+    if result.exited:
+        sys.exit(result.exited)
+    return 0
+
+
+def _flags(**values) -> str:
+    """--flag value pairs for the CLI; None means "not given" (lower config layers apply)."""
+    parts = []
+    for name, value in values.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        parts.append(flag if value is True else f"{flag} {shlex.quote(str(value))}")
+    return " ".join(parts)
+
+
+@task(help={
+    "question": "the grammar question, e.g. 'What is the past simple of go for she?'",
+    "max_turns": "turn cap (default 6)",
+    "max_tool_calls": "tool-call cap (default 4)",
+    "wall_clock_s": "time budget of the run in seconds (default 20)",
+    "tool_timeout_s": "per-call MCP timeout in seconds (default 2)",
+    "llm": "llama (default) | openai | scripted:<behaviour>",
+    "model": "path of another GGUF file",
+    "trace": "write JSON-lines events to FILE ('-' for stdout)",
+    "json": "print the outcome as JSON",
+})
+def ask(c, question, max_turns=None, max_tool_calls=None, wall_clock_s=None, tool_timeout_s=None,
+        llm=None, model=None, trace=None, json=False):
+    """Ask the grammar tutor one question (real local model + real MCP server)."""
+    flags = _flags(max_turns=max_turns, max_tool_calls=max_tool_calls, wall_clock_s=wall_clock_s,
+                   tool_timeout_s=tool_timeout_s, llm=llm, model=model, trace=trace, json=json)
+    _run(c, f"{PY} -m miniagent ask {shlex.quote(question)} {flags}")
+
+
+@task(name="eval", help={
+    "set": "JSON-lines eval set (default labs/01-tutor-end-to-end/eval.jsonl)",
+    "llm": "llama (default) | openai | scripted:<behaviour>",
+    "model": "path of another GGUF file",
+    "decode": "llama only: scored (default) | greedy",
+    "json": "print one JSON object (accuracy, n, items...)",
+})
+def eval_(c, set=None, llm=None, model=None, decode=None, json=False):  # noqa: A002 - the flag is --set
+    """Score the tutor on an eval set: per-item table, accuracy, stop reasons, latency p50/p95."""
+    flags = _flags(set=set, llm=llm, model=model, decode=decode, json=json)
+    _run(c, f"{PY} -m miniagent eval {flags}")
+
+
+@task(help={"k": "only tests matching this expression", "quick": "skip the real-model tests"})
+def test(c, k=None, quick=False):
+    """Run the test suite (real model and real MCP server included)."""
+    selection = []
+    if k:
+        selection.append(f"-k {shlex.quote(k)}")
+    if quick:
+        selection.append("-m 'not real_model'")
+    _run(c, f"{PY} -m pytest -q {' '.join(selection)}")
+
+
+@task(help={"json": "print the figures as JSON"})
+def bench(c, json=False):
+    """Print the speed figures (turn latency vs decode, KV reuse, time to fallback, eval time)."""
+    _run(c, f"{PY} -m miniagent.bench {'--json' if json else ''}")
+
+
+@task
+def docs(c):
+    """Serve the bilingual docs site on http://127.0.0.1:8000."""
+    _run(c, f"{PY} -m mkdocs serve")
+
+
+@task(name="docs-build")
+def docs_build(c):
+    """Build the docs site strictly (any warning fails), as CI does."""
+    _run(c, f"{PY} -m mkdocs build --strict --site-dir site")
+
+
+# --- breaks, experiments, predictions -----------------------------------------------------------
+def _lab():
+    from miniagent import lab
+
+    return lab
+
+
+def _refuse(err: Exception) -> None:
+    print(f"miniagent: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+@task
+def breaks(c):
+    """List the break catalogue with a one-line description each."""
+    _lab().list_breaks()
+
+
+@task(name="break", help={"variant": "a break: alias (no-cap), id (00-no-cap) or number (00)"})
+def break_(c, variant):
+    """Apply a break to your working tree (refuses, changing nothing, if your edits conflict)."""
+    from miniagent.breaks import BreakError
+
+    try:
+        _lab().break_tree(variant)
+    except BreakError as err:
+        _refuse(err)
+
+
+@task(help={"variant": "the break to revert"})
+def fix(c, variant):
+    """Revert a break exactly (refuses if you edited the same lines since)."""
+    from miniagent.breaks import BreakError
+
+    try:
+        _lab().fix_tree(variant)
+    except BreakError as err:
+        _refuse(err)
+
+
+@task(help={"variant": "only the guard tests of this break (default: all guard tests)"})
+def check(c, variant=None):
+    """Run the guard tests against your own source: green means your fix holds."""
+    from miniagent.breaks import BreakError
+
+    try:
+        sys.exit(_lab().check(variant))
+    except BreakError as err:
+        _refuse(err)
+
+
+@task(help={"variant": "the break to predict", "learner": "your name (folder under learners/)"})
+def predict(c, variant, learner):
+    """Add a prediction section for a break to learners/NAME/phase-32/notes/breaks.md (never overwrites)."""
+    from miniagent.breaks import BreakError
+
+    try:
+        _lab().predict(variant, learner)
+    except (BreakError, ValueError) as err:
+        _refuse(err)
+
+
+@task(help={
+    "variant": "a break alias/id, or 'baseline' for the intact loop",
+    "input": "the question (default: the break's own input)",
+    "timeout": "seconds before the harness kills the run (default: the break's)",
+    "llm": "model: llama | scripted:<behaviour> | openai (default: the break's)",
+    "learner": "compare with your prediction and append the observation to your notes",
+    "json": "print the run record as JSON",
+})
+def exp(c, variant, input=None, timeout=None, llm=None, learner=None, json=False):  # noqa: A002 - --input
+    """Run a variant from a sandbox copy under the harness: live panel, kill at timeout, report."""
+    from miniagent.breaks import BreakError
+    from miniagent.notebook import PredictionError
+
+    try:
+        record = _lab().exp(variant, question=input, timeout=float(timeout) if timeout else None, llm=llm,
+                            learner=learner, as_json=json)
+    except (BreakError, PredictionError, ValueError) as err:
+        _refuse(err)
+    if record is None:
+        sys.exit(1)
+
+
+@task(help={"learner": "score your predictions", "json": "print all records as JSON",
+            "llm": "run every break with this model instead of its own"})
+def tour(c, learner=None, json=False, llm=None):
+    """The failure-mode tour: run every break, then a summary table (predicted vs observed)."""
+    _lab().tour(learner, as_json=json, llm=llm)
+
+
+@task(name="check-breaks", help={"real": "use each break's own model instead of the fast CI model",
+                                 "only": "check one break"})
+def check_breaks(c, real=False, only=None):
+    """Maintainer check: each break applies, is caught by its tests, shows its symptom, reverts exactly."""
+    sys.exit(_lab().check_breaks(use_ci_models=not real, only=only))

@@ -1,0 +1,48 @@
+"""Shared test helpers: a fake tool server for fast loop tests, and scripted models."""
+
+from __future__ import annotations
+
+import time
+
+from miniagent.backends.scripted import ScriptedBackend
+from miniagent.config import TutorConfig
+from miniagent.conjugation import PERSONS, PRONOUNS, TENSES, ConjugationError, conjugate, subject_for
+from miniagent.errors import ToolError, ToolTimeout
+
+
+class FakeTools:
+    """Answers like the MCP server, in-process, with optional slowness or failure."""
+
+    def __init__(self, *, delay: float = 0.0, hang: bool = False, fail_with: Exception | None = None):
+        self.delay, self.hang, self.fail_with = delay, hang, fail_with
+        self.calls: list[tuple[str, dict, float | None]] = []
+
+    def call(self, tool: str, args: dict, timeout: float | None = None) -> str:
+        self.calls.append((tool, dict(args), timeout))
+        if self.fail_with is not None:
+            raise self.fail_with
+        if self.hang:
+            time.sleep(timeout or 0)
+            raise ToolTimeout(f"no answer within {timeout:.2f} s")
+        if self.delay:
+            if timeout is not None and self.delay > timeout:
+                time.sleep(timeout)
+                raise ToolTimeout(f"no answer within {timeout:.2f} s")
+            time.sleep(self.delay)
+        if tool == "list_tenses":
+            return f"Tenses: {', '.join(TENSES)}. Persons: {', '.join(PERSONS)} ({', '.join(PRONOUNS)})."
+        try:
+            phrase = conjugate(args["verb"], args["tense"], args["person"])
+        except ConjugationError as err:
+            raise ToolError(str(err)) from None
+        return f"{subject_for(args['person'])} {phrase}"
+
+
+def scripted(behaviour: str) -> ScriptedBackend:
+    return ScriptedBackend(behaviour)
+
+
+def config(**overrides) -> TutorConfig:
+    return TutorConfig(**{"llm": "scripted:oracle", "cache_dir": "", **overrides})
+
+

@@ -1,0 +1,93 @@
+"""One config, four layers: defaults < config file < MINIAGENT_* env vars < CLI flags.
+
+The last tests prove the layers reach the loop itself, through the real
+command line and through `invoke ask`, not just the config object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from miniagent.config import ConfigError, TutorConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTION = "What is the past simple of go for she?"
+
+
+def test_defaults():
+    config = load_config(env={}, cli={})
+    assert (config.max_turns, config.max_tool_calls, config.wall_clock_s, config.tool_timeout_s) == (6, 4, 20.0, 2.0)
+    assert config.max_auto_continues == 2 and config.max_consecutive_failures == 3
+
+
+def test_layers_in_order(tmp_path):
+    file = tmp_path / "miniagent.toml"
+    file.write_text("[miniagent]\nmax_turns = 5\nmax_tool_calls = 3\nwall_clock_s = 9\n")
+    env = {"MINIAGENT_MAX_TURNS": "4", "MINIAGENT_MAX_TOOL_CALLS": "2"}
+    config = load_config(cli={"max_turns": 3, "max_tool_calls": None}, env=env, path=file)
+    assert config.max_turns == 3  # CLI beats env, file and default
+    assert config.max_tool_calls == 2  # env beats file (the flag was not given)
+    assert config.wall_clock_s == 9.0  # file beats default
+    assert config.tool_timeout_s == TutorConfig().tool_timeout_s
+
+
+def test_config_file_from_env_var(tmp_path):
+    file = tmp_path / "lab.toml"
+    file.write_text("max_turns = 7\n")
+    assert load_config(env={"MINIAGENT_CONFIG": str(file)}).max_turns == 7
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"env": {"MINIAGENT_MAX_TURNS": "six"}}, "MINIAGENT_MAX_TURNS"),
+    ({"env": {}, "cli": {"max_turns": 0}}, "max_turns must be at least 1"),
+    ({"env": {}, "cli": {"wall_clock_s": -1}}, "wall_clock_s must be positive"),
+])
+def test_bad_settings_are_named(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(**kwargs)
+
+
+def test_unknown_setting_in_file_is_named(tmp_path):
+    file = tmp_path / "miniagent.toml"
+    file.write_text("max_turn = 3\n")
+    with pytest.raises(ConfigError, match="unknown setting 'max_turn'"):
+        load_config(env={}, path=file)
+
+
+def _run(args: list[str], env_extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
+    env.update(env_extra or {})
+    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+CLI = [sys.executable, "-m", "miniagent", "ask", QUESTION, "--llm", "scripted:stubborn", "--json"]
+
+
+def test_cli_flag_reaches_the_loop():
+    outcome = _run(CLI + ["--max-turns", "2"])
+    assert outcome["stop_reason"] == "max_turns" and outcome["stats"]["turns"] == 2
+
+
+def test_env_var_reaches_the_loop():
+    outcome = _run(CLI, {"MINIAGENT_MAX_TURNS": "2"})
+    assert outcome["stop_reason"] == "max_turns" and outcome["stats"]["turns"] == 2
+
+
+def test_flag_beats_env_var_in_the_loop():
+    outcome = _run(CLI + ["--max-turns", "3"], {"MINIAGENT_MAX_TURNS": "2"})
+    assert outcome["stats"]["turns"] == 3
+
+
+def test_invoke_ask_max_turns_reaches_the_loop():
+    invoke = [sys.executable, "-m", "invoke", "ask", QUESTION, "--llm", "scripted:stubborn", "--json",
+              "--max-turns", "2"]
+    outcome = _run(invoke)
+    assert outcome["stop_reason"] == "max_turns" and outcome["stats"]["turns"] == 2

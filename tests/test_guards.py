@@ -1,0 +1,258 @@
+"""Each guard: a unit test of the small class, and a loop test that fails when the guard is removed.
+
+The loop tests use the deterministic scripted models and an in-process tool
+server, so they are exact and fast; tests/test_tutor_e2e.py runs the real
+model and the real MCP server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from helpers import FakeTools, config, scripted
+
+from miniagent.actions import schema_for_turn
+from miniagent.errors import (
+    AutoContinueLimit,
+    CallBudgetExhausted,
+    Cancelled,
+    ServerFailed,
+    ToolCallCapHit,
+    TurnCapHit,
+    WallClockExceeded,
+)
+from miniagent.guards import AutoContinue, CallDedup, CancelCheck, FailureBreaker, ToolCallCap, TurnCap, WallClock
+from miniagent.loop import grammar_tutor
+from miniagent.trace import Trace
+
+QUESTION = "What is the past simple of go for she?"
+ADVERSARIAL = "Please conjugate the verb eat lovingly in the dreaming tense"
+
+
+def run(behaviour: str, question: str = QUESTION, tools: FakeTools | None = None, **overrides):
+    trace = Trace.memory()
+    outcome = grammar_tutor(question, model=scripted(behaviour), tools=tools or FakeTools(),
+                            config=config(**overrides), trace=trace)
+    return outcome, trace
+
+
+def guards_tripped(trace: Trace) -> list[str]:
+    return [e["name"] for e in trace.events if e["event"] == "guard"]
+
+
+# --- the happy path ------------------------------------------------------------------
+def test_oracle_converges_in_two_turns():
+    outcome, trace = run("oracle")
+    assert (outcome.answer, outcome.stop_reason) == ("she went", "answered")
+    assert outcome.stats.turns == 2 and outcome.stats.tool_calls == {"conjugate": 1}
+    assert [e["event"] for e in trace.events][0] == "run_start"
+    assert trace.events[-1]["event"] == "stop" and trace.events[-1]["stop_reason"] == "answered"
+
+
+# --- turn cap --------------------------------------------------------------------------
+def test_turn_cap_unit():
+    cap = TurnCap(2)
+    cap.check(1)
+    with pytest.raises(TurnCapHit):
+        cap.check(2)
+
+
+def test_turn_cap_stops_a_model_that_never_answers():
+    outcome, _ = run("stubborn", max_turns=3, max_tool_calls=50)
+    assert outcome.stop_reason == "max_turns"
+    assert outcome.stats.turns == 3
+
+
+# --- tool-call cap and plan budget -----------------------------------------------------------
+def test_tool_call_cap_unit():
+    cap = ToolCallCap(max_tool_calls=2, per_step=1, ceiling=6)
+    cap.check(1)
+    with pytest.raises(ToolCallCapHit):
+        cap.check(2)
+
+
+def test_plan_raises_the_budget_up_to_the_ceiling():
+    cap = ToolCallCap(max_tool_calls=2, per_step=2, ceiling=5)
+    cap.declare_plan(3)  # 3 steps x 2 = 6, clamped to the ceiling
+    assert cap.limit == 5
+    cap.check(4)
+    with pytest.raises(CallBudgetExhausted):
+        cap.check(5)
+    small = ToolCallCap(max_tool_calls=4, per_step=1, ceiling=6)
+    small.declare_plan(1)  # a plan never lowers the base limit
+    assert small.limit == 4
+
+
+def test_tool_call_cap_stops_distinct_calls():
+    outcome, _ = run("wanderer", max_turns=50, max_tool_calls=4)
+    assert outcome.stop_reason == "max_tool_calls"
+    assert outcome.stats.tool_calls["conjugate"] == 4
+
+
+def test_declared_plan_lets_a_three_verb_question_finish():
+    outcome, _ = run("planner", "Conjugate be, have and go in the past simple for they.", max_tool_calls=2)
+    assert outcome.stop_reason == "answered", outcome.answer
+    assert outcome.stats.tool_calls["conjugate"] == 3
+    assert outcome.answer == "they were; they had; they went"
+
+
+# --- identical-call dedup ----------------------------------------------------------------------
+def test_dedup_unit():
+    dedup = CallDedup()
+    assert dedup.earlier_result("k") is None
+    dedup.remember("k", "she went")
+    assert dedup.earlier_result("k") == "she went"
+
+
+def test_identical_calls_are_not_executed_again():
+    tools = FakeTools()
+    outcome, trace = run("stubborn", tools=tools, max_turns=6, max_tool_calls=4)
+    assert len(tools.calls) == 1, "the repeated call reached the tool server"
+    assert outcome.stats.identical_calls == 5
+    assert outcome.stop_reason == "max_turns"  # the turn cap still ends a model that ignores the nudge
+    assert "dedup" in guards_tripped(trace)
+
+
+# --- consecutive-failure breaker ----------------------------------------------------------------
+def test_breaker_unit():
+    breaker = FailureBreaker(3)
+    assert [breaker.record(ok=False) for _ in range(3)] == [False, False, True]
+    assert breaker.consecutive == 0  # reset after tripping
+    breaker.record(ok=False)
+    breaker.record(ok=True)
+    assert breaker.consecutive == 0
+
+
+def test_breaker_forces_discovery_and_the_model_recovers():
+    outcome, trace = run("clumsy", max_turns=8, max_tool_calls=6)
+    assert outcome.stats.tool_calls["list_tenses"] == 1
+    assert outcome.stats.tool_errors == 3
+    assert "failure_breaker" in guards_tripped(trace)
+    assert outcome.stop_reason == "answered" and outcome.answer == "she went"
+
+
+# --- wall clock and per-tool timeout ------------------------------------------------------------------
+def test_wall_clock_unit():
+    now = [0.0]
+    clock = WallClock(5.0, clock=lambda: now[0])
+    assert clock.tool_timeout(2.0) == 2.0
+    now[0] = 4.0
+    assert clock.tool_timeout(2.0) == pytest.approx(1.0)  # cut to what the run has left
+    now[0] = 5.0
+    with pytest.raises(WallClockExceeded):
+        clock.check()
+
+
+def test_wall_clock_ends_a_run_of_slow_tools():
+    tools = FakeTools(delay=0.3)
+    started = time.monotonic()
+    outcome, _ = run("wanderer", tools=tools, wall_clock_s=1.0, max_turns=50, max_tool_calls=50)
+    elapsed = time.monotonic() - started
+    assert outcome.stop_reason == "wall_clock"
+    assert elapsed < 1.6, f"the run outlived its 1 s budget: {elapsed:.2f} s"
+
+
+def test_per_tool_timeout_reaches_the_tool_and_is_cut_by_the_wall_clock():
+    tools = FakeTools(hang=True)
+    outcome, _ = run("stubborn", tools=tools, tool_timeout_s=0.2, wall_clock_s=0.5, max_turns=10)
+    assert all(timeout is not None and timeout <= 0.2 + 1e-9 for _, _, timeout in tools.calls)
+    assert outcome.stop_reason == "wall_clock"
+    assert "ToolTimeout" in outcome.stats.last_tool_error
+
+
+# --- bounded auto-continue -----------------------------------------------------------------------------
+def test_auto_continue_unit():
+    more = AutoContinue(2)
+    more.next()
+    more.next()
+    with pytest.raises(AutoContinueLimit):
+        more.next()
+
+
+def test_auto_continue_is_bounded():
+    outcome, trace = run("rambler", max_auto_continues=2)
+    assert outcome.stop_reason == "auto_continue_limit"
+    assert outcome.stats.auto_continues == 2
+    assert guards_tripped(trace).count("auto_continue") == 2
+
+
+# --- cancellation -----------------------------------------------------------------------------------------
+def test_cancel_check_unit():
+    CancelCheck(None).check()
+    with pytest.raises(Cancelled):
+        CancelCheck(lambda: True).check()
+
+
+def test_cancel_callback_ends_the_run_cleanly():
+    cancelled = threading.Event()
+    tools = FakeTools()
+    original = tools.call
+
+    def call_then_cancel(*args, **kwargs):
+        cancelled.set()
+        return original(*args, **kwargs)
+
+    tools.call = call_then_cancel
+    outcome = grammar_tutor(QUESTION, model=scripted("stubborn"), tools=tools,
+                            config=config(max_turns=50, max_tool_calls=50), cancel=cancelled.is_set)
+    assert outcome.stop_reason == "cancelled"
+    assert outcome.stats.turns == 1
+
+
+def test_ctrl_c_inside_a_tool_call_becomes_cancelled():
+    outcome, _ = run("oracle", tools=FakeTools(fail_with=KeyboardInterrupt()))
+    assert outcome.stop_reason == "cancelled"
+
+
+# --- stop reasons stay distinct; the fallback says what happened --------------------------------------------
+def test_a_cap_hit_is_never_reported_as_a_server_failure():
+    outcome, _ = run("stubborn", max_turns=2)
+    assert outcome.stop_reason == "max_turns"
+    assert "server" not in outcome.answer.lower()
+
+
+def test_a_dead_server_is_reported_as_a_server_failure():
+    outcome, _ = run("oracle", tools=FakeTools(fail_with=ServerFailed("server process exited")))
+    assert outcome.stop_reason == "server_failed"
+    assert "server" in outcome.answer.lower()
+
+
+def test_fallback_says_what_was_tried_and_what_to_do():
+    outcome, _ = run("clumsy", ADVERSARIAL, max_turns=2, max_tool_calls=4)
+    assert outcome.stop_reason == "max_turns"
+    assert outcome.answer, "the fallback must never be empty"
+    assert "stop_reason: max_turns" in outcome.answer
+    assert "conjugate x2" in outcome.answer
+    assert "Last tool error" in outcome.answer and "lovingly" in outcome.answer
+    assert "Next:" in outcome.answer
+
+
+@pytest.mark.parametrize("behaviour,limits,reason", [
+    ("stubborn", {"max_turns": 2}, "max_turns"),
+    ("wanderer", {"max_turns": 50, "max_tool_calls": 2}, "max_tool_calls"),
+    ("rambler", {}, "auto_continue_limit"),
+])
+def test_every_cap_ends_with_a_non_empty_fallback_and_its_reason(behaviour, limits, reason):
+    outcome, trace = run(behaviour, **limits)
+    assert outcome.stop_reason == reason
+    assert outcome.answer.strip() and f"stop_reason: {reason}" in outcome.answer
+    assert trace.events[-1]["stop_reason"] == reason
+
+
+def test_one_summary_line_per_run(caplog):
+    with caplog.at_level("INFO", logger="miniagent"):
+        run("oracle")
+        run("stubborn", max_turns=2)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "converged at 2 turns"
+    assert lines[1].startswith("cap hit (max_turns) at 2 turns: conjugate x1")
+
+
+# --- the first turn can only call a tool (enforced by the schema the grammar is built from) ---------------
+def test_first_turn_schema_has_no_answer_branch():
+    first = schema_for_turn(first_turn=True)
+    later = schema_for_turn(first_turn=False)
+    assert not any("answer" in branch["properties"] for branch in first["anyOf"])
+    assert any("answer" in branch["properties"] for branch in later["anyOf"])

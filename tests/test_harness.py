@@ -1,0 +1,216 @@
+"""The experiment harness: real agent processes (scripted models, real MCP server), killed, measured, cleaned up.
+
+Each run is a real ``python -m miniagent ask`` process tree, so these tests
+take seconds, not milliseconds; the scripted models keep them exact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import psutil
+import pytest
+
+from miniagent.harness import (
+    RunRecord,
+    TraceFollower,
+    describe,
+    load_record,
+    render_panel,
+    Progress,
+    run_experiment,
+    save_record,
+    sparkline,
+    write_svg,
+    write_svg_pair,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+ADVERSARIAL = "Please conjugate the verb eat lovingly in the dreaming tense"
+NO_CAPS = ["--max-turns", "100000", "--max-tool-calls", "100000", "--wall-clock-s", "100000"]
+
+
+def ask(question: str, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "miniagent", "ask", question, "--cache-dir", "", *flags]
+
+
+def run(command: list[str], tmp_path: Path, timeout: float, name: str = "trace.jsonl", **kw) -> RunRecord:
+    # No MINIAGENT_* variables from the developer's shell: the flags alone decide.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
+    return run_experiment(command, timeout=timeout, trace_path=tmp_path / name, live=False, cwd=ROOT, env=env, **kw)
+
+
+def still_alive(record: RunRecord) -> list[dict]:
+    """Processes of the run's tree alive now (same pid *and* same start time: not a reused pid)."""
+    alive = []
+    for seen in record.pids_seen:
+        try:
+            proc = psutil.Process(seen["pid"])
+            if abs(proc.create_time() - seen["create_time"]) < 0.05 and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(seen)
+        except psutil.Error:
+            continue
+    return alive
+
+
+def test_a_busy_loop_is_killed_at_the_timeout(tmp_path):
+    # 4 s, not 3: on two cores shared with other work the imports alone can take 2-3 s
+    record = run(ask(ADVERSARIAL, "--llm", "scripted:wanderer", *NO_CAPS), tmp_path, timeout=4.0)
+    assert record.outcome == "timeout" and record.stop_reason is None
+    assert record.kill_latency_s is not None and 0 <= record.kill_latency_s < 0.5, record.kill_latency_s
+    assert record.cpu_loop_samples >= 3, (record.loop_start_s, record.samples)
+    assert record.cpu_mean > 50, record.samples
+    assert record.tool_calls > 5 and record.turns > 5
+    assert record.tool_calls_by_tool["conjugate"] > 5
+    assert any("miniagent.server" in p["cmdline"] for p in record.pids_seen), "the MCP server is part of the tree"
+    assert max(s[3] for s in record.samples) >= 2
+    assert record.processes_left == [] and record.cleanup_ok
+    assert still_alive(record) == []
+    assert record.scratchpad_tail and len(record.scratchpad_tail) <= 8
+    print(f"\nbusy: cpu_mean {record.cpu_mean} % (whole run {record.cpu_mean_total} %), "
+          f"kill latency {record.kill_latency_s} s, {record.tool_calls} tool calls")
+
+
+def test_an_idle_hang_is_killed_and_shows_low_cpu(tmp_path):
+    # guess_call() reads the verb "eat" here (in ADVERSARIAL it reads "the": no hang, a busy loop of errors)
+    question = "What is the past simple of eat for she?"
+    flags = ["--llm", "scripted:stubborn", "--fault-hang-on", "eat", "--tool-timeout-s", "100000", *NO_CAPS]
+    record = run(ask(question, *flags), tmp_path, timeout=4.0)
+    assert record.outcome == "timeout"
+    assert record.cpu_loop_samples >= 3, (record.loop_start_s, record.samples)  # the hang itself was measured
+    assert record.kill_latency_s is not None and record.kill_latency_s < 0.5
+    assert record.tool_calls == 1, record.scratchpad_tail  # one call into the wedged server, then nothing
+    assert record.cpu_mean < 20, record.samples
+    assert still_alive(record) == [] and record.cleanup_ok
+    print(f"\nidle: cpu_mean {record.cpu_mean} % (whole run {record.cpu_mean_total} %), "
+          f"kill latency {record.kill_latency_s} s, processes left {record.processes_left}")
+
+
+def test_a_normal_run_answers(tmp_path):
+    record = run(ask("What is the past simple of go for she?", "--llm", "scripted:oracle"), tmp_path, timeout=15)
+    assert record.outcome == "answer" and record.stop_reason == "answered"
+    assert record.answer == "she went"
+    assert record.exit_code == 0 and record.kill_latency_s is None
+    assert record.tool_calls == 1 and record.turns == 2
+    assert record.processes_left == [] and still_alive(record) == []
+    assert record.scratchpad_tail[-1].startswith("stop answered")
+
+
+def test_a_capped_run_falls_back(tmp_path):
+    question = "What is the past simple of go for she?"
+    record = run(ask(question, "--llm", "scripted:stubborn", "--max-turns", "2"), tmp_path, timeout=15)
+    assert record.outcome == "fallback" and record.stop_reason == "max_turns"
+    assert record.exit_code == 1 and record.turns == 2
+    assert record.identical_calls == 1  # stubborn repeats its call; dedup answers the second one
+    assert record.processes_left == [] and still_alive(record) == []
+
+
+# A stand-in for break 09: a parent that starts a server in its own process
+# group and dies on SIGTERM without stopping it.  The server's stdin is a pipe
+# whose write end the server itself holds, so it never sees EOF: like a
+# wedged server, it outlives its parent.
+ORPHAN_MAKER = textwrap.dedent("""
+    import os, subprocess, sys, time
+    r, w = os.pipe()
+    subprocess.Popen([sys.executable, "-m", "miniagent.server", "--hang-on", "eat"], stdin=r,
+                     stdout=subprocess.DEVNULL, pass_fds=(w,), start_new_session=True)
+    time.sleep(60)
+""")
+
+
+def test_an_orphaned_server_is_reported_then_killed(tmp_path):
+    record = run([sys.executable, "-c", ORPHAN_MAKER], tmp_path, timeout=2.0)
+    assert record.outcome == "timeout"
+    assert [p["cmdline"] for p in record.processes_left] == [f"{sys.executable} -m miniagent.server --hang-on eat"]
+    assert record.cleanup_ok
+    assert still_alive(record) == []
+
+
+@pytest.mark.slow  # ~75 s on 2 busy cores: 50 x (timeout + SIGTERM grace)
+def test_fifty_killed_runs_leave_nothing_behind(tmp_path):
+    command = ask(ADVERSARIAL, "--llm", "scripted:wanderer", *NO_CAPS)
+    started, with_server, in_loop, outlived, left = time.monotonic(), 0, 0, 0, 0
+    for i in range(50):
+        # 0.5 .. 1.7 s: kills land in the imports, in the server's start-up and in the busy loop
+        record = run(command, tmp_path, timeout=0.5 + (i % 5) * 0.3, name=f"run-{i}.jsonl")
+        assert record.outcome == "timeout" and record.kill_latency_s < 0.5
+        assert still_alive(record) == [], f"run {i}: {still_alive(record)}"
+        with_server += any("miniagent.server" in p["cmdline"] for p in record.pids_seen)
+        in_loop += record.loop_start_s is not None
+        outlived += len(record.outlived_agent)
+        left += len(record.processes_left)
+    elapsed = time.monotonic() - started
+    print(f"\n50 killed runs in {elapsed:.1f} s ({with_server} with a server up, {in_loop} killed in the loop): "
+          f"{outlived} processes outlived the agent briefly, {left} reported left (then killed), "
+          f"0 alive afterwards")
+
+
+def test_the_trace_follower_tolerates_a_partial_last_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    follower = TraceFollower(path)
+    assert follower.poll() == []  # no file yet
+    line = json.dumps({"event": "tool_call", "tool": "conjugate", "args": {"verb": "go"}})
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps({"event": "run_start"}) + "\n" + line[:20])
+        fh.flush()
+        assert [e["event"] for e in follower.poll()] == ["run_start"]
+        assert follower.poll() == []
+        fh.write(line[20:] + "\n" + '{"event": "stop", "stop_re')
+        fh.flush()
+        assert [e["event"] for e in follower.poll()] == ["tool_call"]
+    assert follower.finish() == []  # a torn last line (the writer was killed) is dropped, and counted
+    assert follower.bad_lines == 1
+
+
+def fake_record(outcome: str, cpu: float) -> RunRecord:
+    samples = [[round(0.2 * i, 1), cpu if i > 5 else 90.0, 60.0, 2] for i in range(1, 16)]
+    return RunRecord(command=["x"], timeout=3.0, outcome=outcome, wall_s=3.2, loop_start_s=1.2, samples=samples,
+                     cpu_mean=cpu, tool_calls=12, started_at="2025-01-01T10:00:00")
+
+
+def test_the_svg_is_well_formed_and_has_a_line(tmp_path):
+    path = write_svg(fake_record("timeout", 98.0), tmp_path / "one.svg", title="busy <loop> & co")
+    root = ET.parse(path).getroot()
+    assert root.tag.endswith("svg")
+    lines = [el for el in root.iter() if el.tag.endswith(("polyline", "path"))]
+    assert lines and len(lines[0].get("points", "").split()) == 15
+    texts = " ".join(el.text or "" for el in root.iter() if el.tag.endswith("text"))
+    assert "one core" in texts and "timeout: kill" in texts and "busy <loop> & co" in texts
+    pair = write_svg_pair(fake_record("timeout", 98.0), fake_record("fallback", 2.0), tmp_path / "pair.svg")
+    root = ET.parse(pair).getroot()
+    assert len([el for el in root.iter() if el.tag.endswith("polyline")]) == 2
+
+
+def test_save_record_round_trips(tmp_path):
+    record = fake_record("fallback", 3.0)
+    json_path, svg_path = save_record(record, tmp_path / "runs")
+    again, _ = save_record(record, tmp_path / "runs")
+    assert json_path != again, "a second save never overwrites the first"
+    assert load_record(json_path) == record
+    ET.parse(svg_path)
+
+
+def test_the_panel_and_the_scratchpad_lines_render():
+    from rich.console import Console
+
+    progress = Progress()
+    for event in [{"event": "run_start", "llm": "scripted:oracle"},
+                  {"event": "model_action", "turn": 1, "text": '{"tool": "conjugate"}'},
+                  {"event": "tool_call", "tool": "conjugate", "args": {"verb": "go"}},
+                  {"event": "tool_result", "tool": "conjugate", "result": "she went"},
+                  {"event": "guard", "name": "dedup"}]:
+        progress.add(event, 0.1)
+    assert list(progress.tail)[-2:] == ["tool conjugate -> she went", "guard dedup"]
+    assert progress.turns == 1 and progress.identical_calls == 1
+    console = Console(record=True, width=100, file=open(os.devnull, "w"))
+    console.print(render_panel(elapsed=1.0, timeout=3.0, progress=progress, samples=[[0.2, 150.0, 60.0, 2]]))
+    text = console.export_text()
+    assert "turn 1" in text and "tool calls 1" in text and "processes 2" in text
+    assert sparkline([0, 100, 200], top=200) == "▁▅█"
+    assert describe({"event": "stop", "stop_reason": "answered", "answer": "she\nwent"}) == "stop answered: she went"

@@ -1,0 +1,54 @@
+"""The whole agent, killed from outside while its MCP server is wedged, leaves nothing behind.
+
+The SDK starts the server in a process group of its own, so killing the
+agent's group does not reach it: only the agent's own clean-up does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HUNG_AGENT = [sys.executable, "-m", "miniagent", "ask", "What is the past simple of eat for I?",
+              "--llm", "scripted:stubborn", "--fault-hang-on", "eat", "--tool-timeout-s", "60", "--wall-clock-s", "60"]
+
+
+def _wait_for_server(agent: subprocess.Popen, timeout: float = 20.0) -> psutil.Process:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(agent.pid).children(recursive=True):
+            try:
+                if "miniagent.server" in " ".join(child.cmdline()):
+                    return child
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.05)
+    raise AssertionError("the MCP server never started")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_the_agent_group_leaves_no_server(sig):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
+    agent = subprocess.Popen(HUNG_AGENT, cwd=ROOT, env=env, start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    server = _wait_for_server(agent)
+    try:
+        time.sleep(1.0)  # the conjugate call is in flight and the server is wedged
+        os.killpg(agent.pid, sig)  # what a harness or a terminal's Ctrl-C does
+        agent.wait(timeout=10)
+        gone, alive = psutil.wait_procs([server], timeout=3)
+        assert not alive, f"orphan MCP server left behind: pid {server.pid}"
+    finally:
+        for proc in (server,):
+            if proc.is_running():
+                proc.kill()
+        if agent.poll() is None:
+            agent.kill()

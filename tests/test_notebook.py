@@ -1,0 +1,252 @@
+"""The predictions notebook: append-only, tolerant when reading, strict about bad values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from miniagent.notebook import (
+    PredictionError,
+    add_prediction,
+    append_observation,
+    compare,
+    how_to_predict,
+    notebook_path,
+    read_prediction,
+    render_comparison,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+OBSERVED = {
+    "outcome": "timeout",
+    "stop_reason": "killed by harness after 30 s",
+    "wall_s": 30.4,
+    "cpu_mean": 97.2,
+    "cpu_max": 104.0,
+    "tool_calls": 180,
+    "identical_calls": 179,
+    "tool_errors": 0,
+    "turns": 181,
+    "processes_left": [],
+}
+
+
+def fill(path: Path, **values: str) -> None:
+    """Edit the block the way a learner would: replace 'key: ?' by 'key: value'."""
+    text = path.read_text(encoding="utf-8")
+    for key, value in values.items():
+        assert f"{key}: ?" in text
+        text = text.replace(f"{key}: ?", f"{key}: {value}", 1)
+    path.write_text(text, encoding="utf-8")
+
+
+def test_add_then_read_empty_prediction_is_none(tmp_path):
+    path, created = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
+    assert created and path == notebook_path(tmp_path, "bea") and path.exists()
+    text = path.read_text(encoding="utf-8")
+    assert "## 00-no-cap — no caps" in text
+    assert "```prediction\noutcome: ?          # answer | fallback | timeout | crash\n" in text
+    assert "### Why I think so" in text
+    assert read_prediction(tmp_path, "bea", "00-no-cap") is None
+    assert read_prediction(tmp_path, "bea", "03-no-dedup") is None  # no section
+    assert read_prediction(tmp_path, "nobody", "00-no-cap") is None  # no notebook
+
+
+def test_filled_values_are_read_back(tmp_path):
+    path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
+    fill(path, outcome="Timeout", wall_s="30", cpu_percent="100", tool_calls="200")
+    pred = read_prediction(tmp_path, "bea", "00-no-cap")
+    assert pred == {"outcome": "timeout", "wall_s": 30.0, "cpu_percent": 100.0,
+                    "tool_calls": 200.0, "processes_left": None}
+    # The alias finds the same section.
+    assert read_prediction(tmp_path, "bea", "no-cap") == pred
+
+
+def test_second_add_changes_nothing(tmp_path):
+    path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
+    before = path.read_bytes()
+    again, created = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
+    assert (again, created) == (path, False)
+    assert path.read_bytes() == before
+    assert before.count(b"## 00-no-cap") == 1
+
+
+def test_learner_text_survives_byte_for_byte(tmp_path):
+    path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
+    fill(path, outcome="timeout", wall_s="30")
+    # Free text with odd spacing, a trailing line without newline, and non-ASCII.
+    with path.open("a", encoding="utf-8", newline="") as f:
+        f.write("I think it loops — forever?   \n\n  * my own list\n\t<tab> no newline at end")
+    old = path.read_bytes()
+
+    add_prediction(tmp_path, "bea", "03-no-dedup", "no dedup")
+    mid = path.read_bytes()
+    assert mid.startswith(old) and len(mid) > len(old)
+    assert mid[len(old):].startswith(b"\n\n## 03-no-dedup")  # the last line was ended first
+
+    rows = compare(read_prediction(tmp_path, "bea", "00-no-cap"), OBSERVED)
+    append_observation(tmp_path, "bea", "00-no-cap", OBSERVED, rows,
+                       tmp_path / "runs" / "a.json", tmp_path / "runs" / "a.svg", "2025-01-01 10:00")
+    new = path.read_bytes()
+    assert new.startswith(mid)
+    # 00-no-cap is not the last section any more, so the block names it.
+    assert "### Observed — 00-no-cap (2025-01-01 10:00)" in new[len(mid):].decode()
+    # The learner's prediction still reads the same.
+    assert read_prediction(tmp_path, "bea", "00-no-cap")["wall_s"] == 30.0
+
+
+def test_new_notebook_starts_from_template(tmp_path):
+    template = tmp_path / "learners" / "_template" / "phase-32" / "notes" / "breaks.md"
+    template.parent.mkdir(parents=True)
+    template.write_text("# Template heading\n\nHow to use it.\n", encoding="utf-8")
+    path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
+    assert path.read_text(encoding="utf-8").startswith("# Template heading\n\nHow to use it.\n\n## 00-no-cap")
+    assert template.read_text(encoding="utf-8") == "# Template heading\n\nHow to use it.\n"
+
+
+def test_bad_learner_names_are_refused(tmp_path):
+    for bad in ("../x", "a/b", "_template", "", ".hidden"):
+        with pytest.raises(ValueError):
+            notebook_path(tmp_path, bad)
+
+
+@pytest.mark.parametrize("field,predicted,observed,hit", [
+    # wall_s: ±50 % or ±3 s, whichever is larger
+    ("wall_s", 30, 45.0, True), ("wall_s", 30, 45.1, False), ("wall_s", 30, 15.0, True),
+    ("wall_s", 30, 14.9, False), ("wall_s", 2, 5.0, True), ("wall_s", 2, 5.1, False),
+    # cpu_percent: ±25 points
+    ("cpu_percent", 100, 75.0, True), ("cpu_percent", 100, 74.9, False), ("cpu_percent", 0, 25.0, True),
+    # tool_calls: a factor of 2 or ±2, whichever is larger
+    ("tool_calls", 200, 400, True), ("tool_calls", 200, 401, False), ("tool_calls", 200, 100, True),
+    ("tool_calls", 200, 99, False), ("tool_calls", 1, 3, True), ("tool_calls", 1, 4, False),
+    ("tool_calls", 0, 2, True), ("tool_calls", 0, 3, False),
+    # processes_left and outcome: exact
+    ("processes_left", 0, 0, True), ("processes_left", 0, 1, False),
+    ("outcome", "timeout", "timeout", True), ("outcome", "answer", "fallback", False),
+])
+def test_compare_tolerance_edges(field, predicted, observed, hit):
+    record = {"outcome": "answer", "wall_s": 1.0, "cpu_mean": 1.0, "tool_calls": 1, "processes_left": []}
+    key = {"cpu_percent": "cpu_mean"}.get(field, field)
+    record[key] = ["pid"] * observed if field == "processes_left" else observed
+    rows = {r.field: r for r in compare({field: predicted}, record)}
+    assert rows[field].hit is hit
+    others = [r for f, r in rows.items() if f != field]
+    assert all(r.hit is None and r.predicted is None for r in others)  # not predicted
+
+
+def test_compare_maps_harness_keys():
+    rows = {r.field: r for r in compare({"cpu_percent": 100, "processes_left": 1},
+                                        {**OBSERVED, "processes_left": [{"pid": 7}]})}
+    assert rows["cpu_percent"].observed == 97.2 and rows["cpu_percent"].hit is True
+    assert rows["processes_left"].observed == 1 and rows["processes_left"].hit is True
+
+
+@pytest.mark.parametrize("line,needle", [
+    ("wall_s: thirty", "wall_s must be a number"),
+    ("wall_s: 1,5", "use a dot"),
+    ("outcome: hangs", "outcome must be one of"),
+    ("tool_calls: -3", "tool_calls must be a number"),
+    ("wal_s: 30", "unknown key"),
+    ("just some words", "expected 'key: value'"),
+])
+def test_malformed_value_names_the_line(tmp_path, line, needle):
+    path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
+    # Replace the whole line of that key (or of cpu_percent) by the bad line.
+    key = line.split(":")[0] if line.split(":")[0] in ("wall_s", "outcome", "tool_calls") else "cpu_percent"
+    lines = path.read_text(encoding="utf-8").split("\n")
+    lineno = next(i for i, l in enumerate(lines) if l.startswith(f"{key}: ?")) + 1
+    lines[lineno - 1] = line
+    path.write_text("\n".join(lines), encoding="utf-8")
+    with pytest.raises(PredictionError) as err:
+        read_prediction(tmp_path, "bea", "00-no-cap")
+    message = str(err.value)
+    assert needle in message and f"breaks.md:{lineno}:" in message and line.strip() in message
+
+
+def test_unclosed_block_is_an_error(tmp_path):
+    path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text[: text.rindex("```")], encoding="utf-8")
+    with pytest.raises(PredictionError, match="never closed"):
+        read_prediction(tmp_path, "bea", "00-no-cap")
+
+
+def test_tolerant_reading_and_crlf(tmp_path):
+    path = notebook_path(tmp_path, "bea")
+    path.parent.mkdir(parents=True)
+    text = (
+        "# notes\r\n\r\n## 00-no-cap — edited by hand\r\n\r\n"
+        "```prediction\r\n"
+        "  OUTCOME :   CRASH     # I changed my mind twice\r\n"
+        "# a comment line\r\n"
+        "wall_s:~12s\r\n"
+        "cpu_percent: 80%\r\n"
+        "tool_calls:\r\n"          # empty = not predicted; processes_left missing entirely
+        "```\r\n\r\n### Why I think so\r\n\r\nbecause\r\n"
+    )
+    path.write_bytes(text.encode("utf-8"))
+    assert read_prediction(tmp_path, "bea", "00-no-cap") == {
+        "outcome": "crash", "wall_s": 12.0, "cpu_percent": 80.0, "tool_calls": None, "processes_left": None}
+
+    old = path.read_bytes()
+    add_prediction(tmp_path, "bea", "03-no-dedup", "no dedup")
+    new = path.read_bytes()
+    assert new.startswith(old)
+    added = new[len(old):]
+    assert b"\r\n" in added and b"\n" not in added.replace(b"\r\n", b"")  # same line endings
+    assert read_prediction(tmp_path, "bea", "03-no-dedup") is None
+
+
+def test_observations_append_in_order(tmp_path):
+    path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
+    fill(path, outcome="timeout", wall_s="30", cpu_percent="100", tool_calls="200", processes_left="0")
+    pred = read_prediction(tmp_path, "bea", "00-no-cap")
+    snapshots = [path.read_bytes()]
+    for n, when in enumerate(["2025-01-01 10:00", "2025-01-01 10:05", "2025-01-01 10:09"]):
+        observed = {**OBSERVED, "tool_calls": 100 + n}
+        out = append_observation(tmp_path, "bea", "00-no-cap", observed, compare(pred, observed),
+                                 tmp_path / "runs" / f"{n}.json", Path("runs") / f"{n}.svg", when)
+        assert out == path
+        snapshots.append(path.read_bytes())
+        assert snapshots[-1].startswith(snapshots[-2])
+
+    text = path.read_text(encoding="utf-8")
+    heads = [line for line in text.split("\n") if line.startswith("### Observed")]
+    assert heads == ["### Observed (2025-01-01 10:00)", "### Observed (2025-01-01 10:05)",
+                     "### Observed (2025-01-01 10:09)"]
+    first = text[text.index(heads[0]):text.index(heads[1])]
+    assert "```observed\noutcome: timeout\nstop_reason: killed by harness after 30 s\n" in first
+    assert "cpu_percent: 97.2\ntool_calls: 100\nprocesses_left: 0\n```" in first
+    assert "| tool_calls | 200 | 100 | hit |" in first
+    assert "| wall_s | 30 | 30.4 | hit |" in first
+    # Links are relative to the notebook: learners/bea/phase-32/notes -> ROOT/runs
+    assert "[0.json](../../../../runs/0.json)" in first and "[0.svg](../../../../runs/0.svg)" in first
+    # The prediction is untouched by all of this.
+    assert read_prediction(tmp_path, "bea", "00-no-cap") == pred
+
+
+def test_observation_without_prediction(tmp_path):
+    path = append_observation(tmp_path, "bea", "00-no-cap", OBSERVED, [], None, None, "now")
+    text = path.read_text(encoding="utf-8")
+    assert "### Observed — 00-no-cap (now)" in text and "No prediction was written" in text
+
+
+def test_render_and_how_to():
+    rows = compare({"outcome": "timeout", "wall_s": 5}, OBSERVED)
+    console = Console(record=True, width=120, color_system="truecolor")
+    console.print(render_comparison(rows))
+    plain = console.export_text()
+    assert "hit" in plain and "miss" in plain and "not predicted" in plain
+    message = how_to_predict("00-no-cap", "bea")
+    assert "invoke predict --variant no-cap --learner bea" in message
+    assert "learners/bea/phase-32/notes/breaks.md" in message
+    assert "invoke exp --variant no-cap --learner bea" in message
+
+
+def test_worked_example_reads():
+    """learners/ada is what a filled prediction looks like; it must stay readable."""
+    assert read_prediction(ROOT, "ada", "00-no-cap") == {
+        "outcome": "timeout", "wall_s": 30.0, "cpu_percent": 100.0, "tool_calls": 200.0, "processes_left": 0.0}
