@@ -19,6 +19,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..errors import ContextFull
+
 MAX_SEQUENCES = 16  # option scoring uses sequences 1..15; 0 is the conversation
 
 
@@ -112,7 +114,7 @@ class KVRuntime:
         return self.feed(prompt[common:])
 
     # --- decisions -------------------------------------------------------------
-    def score(self, prompt: list[int], options: list[list[int]]) -> np.ndarray:
+    def score(self, prompt: list[int], options: list[list[int]], *, renormalise: bool = True) -> np.ndarray:
         """Log-probability of each option after ``prompt``, as a grammar would allow it.
 
         The options form a token trie.  At every branching node the model's
@@ -122,18 +124,25 @@ class KVRuntime:
         prompt's KV cells, and all of them are evaluated in one batch, so the
         prompt is never evaluated twice and only branching nodes pay for the
         (large, 262k-token) output layer.
+
+        With ``renormalise=False`` every token is scored against the whole
+        vocabulary instead (plain log-probability of the text): then every
+        node of the trie is evaluated, and a token the model finds unlikely
+        costs something even where the grammar leaves no other choice.
         """
         children: dict[tuple[int, ...], set[int]] = {}
         for option in options:
             for j, token in enumerate(option):
                 children.setdefault(tuple(option[:j]), set()).add(token)
         node_logits = {(): self.sync(prompt)}
-        branching = [path for path, kids in children.items() if path and len(kids) > 1]
-        for start in range(0, len(branching), MAX_SEQUENCES - 1):
-            node_logits.update(self._eval_paths(branching[start:start + MAX_SEQUENCES - 1]))
+        scored = [path for path, kids in children.items() if path and (len(kids) > 1 or not renormalise)]
+        for start in range(0, len(scored), MAX_SEQUENCES - 1):
+            node_logits.update(self._eval_paths(scored[start:start + MAX_SEQUENCES - 1]))
 
         def logp(path: tuple[int, ...], token: int) -> float:
             kids = children[path]
+            if not renormalise:
+                return float(log_softmax(node_logits[path].astype(np.float64))[token])
             if len(kids) == 1:
                 return 0.0
             logits = node_logits[path]
@@ -284,10 +293,6 @@ class KVRuntime:
                 closer()
             except Exception:  # closing twice or at interpreter exit: nothing left to free
                 pass
-
-
-class ContextFull(RuntimeError):
-    """The prompt does not fit in the context window."""
 
 
 # Silence llama.cpp's C-level logging (it writes to stderr on every context).

@@ -32,8 +32,12 @@ def guess_call(question: str) -> dict:
     words = re.findall(r"[a-z]+", question)
     person = next((w for w in words if w in PERSON_CHOICES), None)
     person = person or next((p for p in PERSON_CHOICES if re.search(rf"\b{p.lower()}\b", text)), "I")
-    match = re.search(r"(?:verb|of|conjugate)\s+['\"]?([a-z]+)", text)
-    verb = match.group(1) if match else "eat"
+    verb = "eat"
+    for marker in ("verb", "of", "conjugate"):  # "conjugate the verb eat": the word after "verb" wins
+        match = re.search(rf"\b{marker}\s+['\"]?([a-z]+)", text)
+        if match:
+            verb = match.group(1)
+            break
     return {"verb": verb, "tense": tense, "person": person}
 
 
