@@ -195,3 +195,9 @@ def tour(c, learner=None, json=False, llm=None):
 def check_breaks(c, real=False, only=None):
     """Maintainer check: each break applies, is caught by its tests, shows its symptom, reverts exactly."""
     sys.exit(_lab().check_breaks(use_ci_models=not real, only=only))
+
+
+@task(name="docs-results", help={"only": "one break only"})
+def docs_results(c, only=None):
+    """Run every break and its fixed twin for real; write the docs' results tables and CPU charts."""
+    _lab().docs_results(ROOT / "docs_results", ROOT / "docs" / "assets" / "results", only=only)

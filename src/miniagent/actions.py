@@ -51,17 +51,20 @@ _ANSWER = {
 NEXT_ACTION_SCHEMA: dict = {"title": "NextAction", "anyOf": [_CONJUGATE, _LIST_TENSES, _ANSWER]}
 
 
-def schema_for_turn(first_turn: bool) -> dict:
+def schema_for_turn(first_turn: bool, may_answer: bool | None = None) -> dict:
     """The schema in force for this turn.
 
-    On the first turn the tutor must ground itself in the tool, so the
-    ``answer`` branch is removed from the grammar itself (not checked after).
-    Later turns may not re-declare a plan.
+    The tutor grounds every answer in the tool: it may answer only when its
+    latest observation is a successful tool result.  On the first turn there
+    is none, and after a tool error there is none either, so the ``answer``
+    branch is removed from the grammar itself (not checked after the fact).
+    Only the first turn may declare a plan.
     """
+    may_answer = (not first_turn) if may_answer is None else may_answer
     schema = copy.deepcopy(NEXT_ACTION_SCHEMA)
-    if first_turn:
+    if not may_answer:
         schema["anyOf"] = [b for b in schema["anyOf"] if "answer" not in b["properties"]]
-    else:
+    if not first_turn:
         del schema["anyOf"][0]["properties"]["steps"]
     return schema
 
@@ -94,7 +97,7 @@ class Action:
 _VERB_RE = re.compile(_CONJUGATE["properties"]["verb"]["pattern"])
 
 
-def parse_action(text: str, *, first_turn: bool) -> Action:
+def parse_action(text: str, *, first_turn: bool, may_answer: bool | None = None) -> Action:
     """Parse and validate one action against the turn's schema."""
     try:
         data = json.loads(text)
@@ -103,8 +106,8 @@ def parse_action(text: str, *, first_turn: bool) -> Action:
     if not isinstance(data, dict):
         raise InvalidAction("an action must be a JSON object")
     if "answer" in data:
-        if first_turn:
-            raise InvalidAction("the first action must call a tool")
+        if not ((not first_turn) if may_answer is None else may_answer):
+            raise InvalidAction("no answer without a successful tool result: call a tool first")
         answer = data["answer"]
         if set(data) != {"answer"} or not isinstance(answer, str) or not answer.strip():
             raise InvalidAction('an answer is {"answer": "<non-empty text>"}')

@@ -213,6 +213,7 @@ class Progress:
         self.stop: dict[str, Any] | None = None
         self.first_event_at: float | None = None  # harness clock
         self.tail: deque[str] = deque(maxlen=TAIL_EVENTS)
+        self._calls_seen: set[str] = set()
 
     def add(self, event: dict[str, Any], now: float) -> None:
         if self.first_event_at is None:
@@ -223,10 +224,15 @@ class Progress:
             self.last_action = str(event.get("text", ""))
         elif kind == "tool_call":
             self.tool_calls[str(event.get("tool"))] += 1
+            # A repeat is counted whether or not a dedup guard stops it (break 03 removes that guard).
+            key = json.dumps([event.get("tool"), event.get("args")], sort_keys=True)
+            if not event.get("forced"):
+                self.identical_calls += key in self._calls_seen
+                self._calls_seen.add(key)
         elif kind == "tool_error":
             self.tool_errors += 1
         elif kind == "guard" and event.get("name") == "dedup":
-            self.identical_calls += 1
+            self.identical_calls += 1  # a repeat the guard answered from memory
         elif kind == "stop":
             self.stop = event
         self.tail.append(describe(event))

@@ -98,9 +98,14 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
         record = run_experiment(agent_command(question, sandbox / "trace.jsonl", llm=llm, flags=run_flags),
                                 timeout=timeout, trace_path=sandbox / "trace.jsonl",
                                 env={"PYTHONPATH": str(sandbox / "src")}, cwd=sandbox, live=live and not as_json)
+        json_path, svg_path = save_record(record, runs_dir / variant_id, title=f"{variant_id} — {llm}")
+        trace_copy = json_path.with_name(json_path.stem + "-trace.jsonl")
+        if (sandbox / "trace.jsonl").is_file():  # keep the full trace beside the record
+            shutil.copy(sandbox / "trace.jsonl", trace_copy)
+            record.trace_path = str(trace_copy)
+            json_path.write_text(json.dumps(record.to_dict(), indent=2), encoding="utf-8")
     finally:
         shutil.rmtree(sandbox, ignore_errors=True)
-    json_path, svg_path = save_record(record, runs_dir / variant_id, title=f"{variant_id} — {llm}")
     if as_json:
         print(json.dumps({**record.to_dict(), "variant": variant_id, "llm": llm, "json_path": str(json_path),
                           "svg_path": str(svg_path)}))
@@ -227,6 +232,57 @@ def _check_one(brk: Break, use_ci_models: bool) -> list[str]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return problems
+
+
+def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -> None:
+    """Run each break and its fixed twin (same model, input and flags) and write what the docs include.
+
+    ``<results_dir>/<id>.md``: a table of the two runs' measured figures and the CPU chart
+    ``<assets_dir>/<id>.svg`` (broken and fixed side by side).  Nothing here is typed by hand.
+    """
+    import os
+
+    from .harness import write_svg_pair
+
+    results_dir.mkdir(parents=True, exist_ok=True)
+    assets_dir.mkdir(parents=True, exist_ok=True)
+    for brk in catalogue():
+        if only and only not in (brk.id, brk.alias):
+            continue
+        console.rule(brk.id)
+        broken = exp(brk.alias, live=False)
+        fixed = exp(BASELINE, question=brk.input, timeout=brk.timeout_s, llm=brk.llm, flags=brk.flags, live=False)
+        svg = write_svg_pair(broken, fixed, assets_dir / f"{brk.id}.svg",
+                             titles=(f"{brk.id} (broken)", "intact loop (fixed)"))
+        image = os.path.relpath(svg, ROOT / "docs" / "breaks").replace(os.sep, "/")  # relative to the break page
+        (results_dir / f"{brk.id}.md").write_text(_results_table(brk, broken, fixed, image), encoding="utf-8")
+
+
+def _results_table(brk: Break, broken: RunRecord, fixed: RunRecord, image: str) -> str:
+    def cells(r: RunRecord) -> list[str]:
+        calls = ", ".join(f"{t} ×{n}" for t, n in sorted(r.tool_calls_by_tool.items())) or "0"
+        killed = f" (killed {r.kill_latency_s:+.2f} s)" if r.kill_latency_s is not None else ""
+        return [r.outcome, str(r.stop_reason or "—"), f"{r.wall_s:.1f}{killed}", f"{r.cpu_mean:.0f}",
+                f"{r.cpu_max:.0f}", f"{r.rss_max_mb:.0f}", calls, str(r.identical_calls), str(r.tool_errors),
+                str(r.turns), str(len(r.processes_left))]
+
+    labels = ["outcome · resultado", "stop_reason", "wall s · segundos", "CPU mean % · media", "CPU max % · máx.",
+              "RSS max MB", "tool calls · llamadas", "identical calls · idénticas", "tool errors · errores",
+              "turns · turnos", "processes left · procesos vivos"]
+    model = brk.llm if brk.real_model else f"{brk.llm} (stand-in · sustituto)"
+    lines = [f"Measured by `invoke docs-results` · medido con `invoke docs-results`: {broken.started_at[:16]}, "
+             f"{os_cores()} cores, model · modelo `{model}`, timeout {brk.timeout_s:g} s, "
+             f"input · entrada: “{brk.input}” {' '.join(brk.flags)}".rstrip(), "",
+             "| | broken · roto | fixed · arreglado |", "|---|---|---|"]
+    lines += [f"| {label} | {b} | {f} |" for label, b, f in zip(labels, cells(broken), cells(fixed))]
+    lines += ["", f"![CPU over time, broken vs fixed · CPU en el tiempo, roto frente a arreglado]({image})", ""]
+    return "\n".join(lines)
+
+
+def os_cores() -> int:
+    import os
+
+    return os.cpu_count() or 0
 
 
 def _env() -> dict:

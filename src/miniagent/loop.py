@@ -73,7 +73,9 @@ def grammar_tutor(
     turn_cap = TurnCap(config.max_turns)
     call_cap = ToolCallCap(config.max_tool_calls, config.calls_per_plan_step, config.max_plan_tool_calls)
     dedup = CallDedup()
-    calls_seen: set[str] = set()  # for the stats only: repeats are counted whether or not dedup stops them
+    grounded = False  # the latest observation is a successful tool result: only then may the model answer
+    calls_seen: set[str] = set()
+    forced_calls = 0  # for the stats only: repeats are counted whether or not dedup stops them
     breaker = FailureBreaker(config.max_consecutive_failures)
     clock = WallClock(config.wall_clock_s)
     cancelled = CancelCheck(cancel)
@@ -83,7 +85,7 @@ def grammar_tutor(
         """One model turn, continuing a truncated reply at most max_auto_continues times."""
         first_turn, text, more = stats.turns == 0, "", AutoContinue(config.max_auto_continues)
         while True:
-            reply = model.next_action(scratchpad, first_turn=first_turn, partial=text)
+            reply = model.next_action(scratchpad, first_turn=first_turn, may_answer=grounded, partial=text)
             stats.prompt_tokens += reply.prompt_tokens
             stats.completion_tokens += reply.completion_tokens
             text += reply.text
@@ -98,7 +100,7 @@ def grammar_tutor(
             clock.check()
         stats.turns += 1
         scratchpad.append(Entry("action", text))
-        return parse_action(text, first_turn=first_turn)
+        return parse_action(text, first_turn=first_turn, may_answer=grounded)
 
     def run_tool(action: Action) -> str:
         """Run one tool call through dedup, the call cap and the failure breaker."""
@@ -108,7 +110,7 @@ def grammar_tutor(
         if earlier is not None:
             trace.emit("guard", name="dedup", tool=action.tool, args=action.args)
             return f"{earlier} {DEDUP_NUDGE}"
-        call_cap.check(sum(stats.tool_calls.values()))
+        call_cap.check(sum(stats.tool_calls.values()) - forced_calls)
         stats.tool_calls[action.tool] += 1
         trace.emit("tool_call", tool=action.tool, args=action.args)
         try:
@@ -128,7 +130,9 @@ def grammar_tutor(
         return result
 
     def discover() -> str:
-        """The breaker's recovery step: show the model the valid options."""
+        """The breaker's recovery step: show the model the valid options (not charged to its cap)."""
+        nonlocal forced_calls
+        forced_calls += 1
         stats.tool_calls["list_tenses"] += 1
         trace.emit("tool_call", tool="list_tenses", args={}, forced=True)
         try:
@@ -151,6 +155,7 @@ def grammar_tutor(
             try:
                 action = ask_model()
             except InvalidAction as err:
+                grounded = False
                 scratchpad.append(Entry("observation", f"error: invalid action ({err})"))
                 continue
             if action.kind == "answer":
@@ -158,7 +163,9 @@ def grammar_tutor(
             if action.plan_steps:
                 call_cap.declare_plan(action.plan_steps)
             cancelled.check()
-            scratchpad.append(Entry("observation", run_tool(action)))
+            observation = run_tool(action)
+            grounded = not observation.startswith("error:")
+            scratchpad.append(Entry("observation", observation))
     except ServerFailed as failure:
         return finish(server_failure_text(failure, stats), "server_failed")
     except Terminal as stop:

@@ -146,8 +146,7 @@ def list_tenses_text() -> str:
     return (
         f"Tenses ({len(TENSES)}): " + ", ".join(TENSES) + ".\n"
         "Persons: " + ", ".join(PERSONS) + ".\n"
-        f"Pronouns accepted as person: {pronouns}.\n"
-        'Example: conjugate(verb="see", tense="present perfect", person="she") -> "she has seen".'
+        f"Pronouns accepted as person: {pronouns}."
     )
 
 

@@ -31,8 +31,11 @@ class ModelReply:
 class Backend(Protocol):
     name: str
 
-    def next_action(self, scratchpad: list[Entry], *, first_turn: bool, partial: str = "") -> ModelReply:
-        """Return the next action. ``partial`` is the truncated text to continue from."""
+    def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
+                    partial: str = "") -> ModelReply:
+        """Return the next action, following ``schema_for_turn(first_turn, may_answer)``.
+
+        ``partial`` is the truncated text of this turn to continue from."""
         ...
 
     def close(self) -> None: ...

@@ -75,18 +75,19 @@ class LlamaBackend:
         return self.header_tokens + self.rt.tokenize(text)
 
     # --- the backend protocol ----------------------------------------------------------
-    def next_action(self, scratchpad: list[Entry], *, first_turn: bool, partial: str = "") -> ModelReply:
+    def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
+                    partial: str = "") -> ModelReply:
         started = time.perf_counter()
         evaluated_before = self.rt.evaluated
         prompt = self._prompt_text(scratchpad)
         self.rt.sync(self._tokens(prompt + partial))
         prompt_tokens = self.rt.evaluated - evaluated_before
         if self.decode == "greedy":
-            text, finished = self._greedy(prompt, first_turn, partial)
+            text, finished = self._greedy(prompt, schema_for_turn(first_turn, may_answer), partial)
         elif partial:
             text, finished = self._continue_answer(prompt + partial)
         else:
-            text, finished = self._scored(prompt, first_turn)
+            text, finished = self._scored(prompt, schema_for_turn(first_turn, may_answer))
         return ModelReply(
             text=text,
             finish_reason="stop" if finished else "length",
@@ -99,17 +100,17 @@ class LlamaBackend:
         self.rt.close()
 
     # --- greedy under the full schema grammar -------------------------------------------
-    def _greedy(self, prompt: str, first_turn: bool, partial: str) -> tuple[str, bool]:
+    def _greedy(self, prompt: str, schema: dict, partial: str) -> tuple[str, bool]:
         from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-        gbnf = json_schema_to_gbnf(json.dumps(schema_for_turn(first_turn)))
+        gbnf = json_schema_to_gbnf(json.dumps(schema))
         out = self.rt.decode_greedy(self._tokens(prompt + partial), gbnf, max_tokens=self.max_action_tokens,
                                     done=_is_json_object, accept=self.rt.tokenize(partial) if partial else ())
         return out.text, out.finished
 
     # --- scored: walk the schema ----------------------------------------------------------
-    def _scored(self, prompt: str, first_turn: bool) -> tuple[str, bool]:
-        branches = schema_for_turn(first_turn)["anyOf"]
+    def _scored(self, prompt: str, schema: dict) -> tuple[str, bool]:
+        branches = schema["anyOf"]
         openings = [_literal_opening(b) for b in branches]
         choice = int(np.argmax(self.rt.score(self._tokens(prompt), [self.rt.tokenize(o) for o in openings])))
         branch, text = branches[choice], openings[choice]

@@ -48,7 +48,8 @@ class ScriptedBackend:
         self.behaviour = behaviour
         self.name = f"scripted:{behaviour}"
 
-    def next_action(self, scratchpad: list[Entry], *, first_turn: bool, partial: str = "") -> ModelReply:
+    def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
+                    partial: str = "") -> ModelReply:
         started = time.perf_counter()
         text, finish = getattr(self, "_" + self.behaviour)(scratchpad, first_turn, partial)
         prompt_tokens = sum(len(e.text.split()) for e in scratchpad)
