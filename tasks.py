@@ -201,3 +201,10 @@ def check_breaks(c, real=False, only=None):
 def docs_results(c, only=None):
     """Run every break and its fixed twin for real; write the docs' results tables and CPU charts."""
     _lab().docs_results(ROOT / "docs_results", ROOT / "docs" / "assets" / "results", only=only)
+
+
+@task(name="docs-check")
+def docs_check(c):
+    """Headless Chromium opens the built site and follows the language switcher; saves a screenshot."""
+    _run(c, f"{PY} -m pytest -q tests/test_docs_browser.py")
+    print("screenshot: build/docs-check/break-00-es.png")
