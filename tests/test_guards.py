@@ -239,6 +239,7 @@ def test_every_cap_ends_with_a_non_empty_fallback_and_its_reason(behaviour, limi
     assert outcome.stop_reason == reason
     assert outcome.answer.strip() and f"stop_reason: {reason}" in outcome.answer
     assert trace.events[-1]["stop_reason"] == reason
+    assert reason in guards_tripped(trace), "the guard that ended the run is in the trace"
 
 
 def test_one_summary_line_per_run(caplog):

@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:  # a bad --model path or --llm name
         print(f"miniagent: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C before the loop started (inside it, the loop reports "cancelled")
+        print("miniagent: cancelled", file=sys.stderr)
+        return 130
 
 
 def _ask(args: argparse.Namespace, config: TutorConfig) -> int:

@@ -169,6 +169,7 @@ def grammar_tutor(
     except ServerFailed as failure:
         return finish(server_failure_text(failure, stats), "server_failed")
     except Terminal as stop:
+        trace.emit("guard", name=stop.stop_reason, detail=str(stop))
         return finish(fallback_text(stop, stats), stop.stop_reason)
     except KeyboardInterrupt:
         return finish(fallback_text(Cancelled("interrupted"), stats), Cancelled.stop_reason)
