@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 
 ADVERSARIAL = "Please conjugate the verb eat lovingly in the dreaming tense"
+# The real model reads "eat" out of ADVERSARIAL and answers; on a modal verb every call fails,
+# so only the caps end the run: that is the capped loop's way to its fallback.
+UNANSWERABLE = "What is the present perfect of would for you?"
 QUESTIONS = ["What is the past simple of go for she?", "Give me the present perfect of write for they.",
              "Conjugate swim in the future continuous for we."]
 
@@ -64,15 +67,16 @@ def kv_reuse(backend, turns: int = 10) -> list[dict]:
     return rows
 
 
-def time_to_fallback() -> dict:
-    """(c): a fresh process, real model and real server, the capped loop on an adversarial input."""
+def time_to_end(question: str) -> dict:
+    """(c): a fresh process, real model and real server, from process start to the end of the run."""
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "miniagent", "ask", ADVERSARIAL, "--json"],
+    proc = subprocess.run([sys.executable, "-m", "miniagent", "ask", question, "--json"],
                           capture_output=True, text=True, env=_clean_env(), timeout=120)
     wall = time.perf_counter() - started
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"wall_s": round(wall, 3), "stop_reason": outcome["stop_reason"], "turns": outcome["stats"]["turns"],
-            "tool_calls": outcome["stats"]["tool_calls"]}
+    return {"question": question, "wall_s": round(wall, 3), "stop_reason": outcome["stop_reason"],
+            "turns": outcome["stats"]["turns"], "tool_calls": outcome["stats"]["tool_calls"],
+            "loop_s": outcome["stats"]["seconds"]}
 
 
 def eval_time() -> dict:
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         figures["b_kv_reuse"] = kv_reuse(backend)
     finally:
         backend.close()
-    figures["c_time_to_fallback"] = time_to_fallback()
+    figures["c_time_to_end"] = [time_to_end(ADVERSARIAL), time_to_end(UNANSWERABLE)]
     figures["d_eval"] = eval_time()
     figures["e_killed_runs"] = killed_runs(args.kills)
     if args.json:
@@ -150,9 +154,10 @@ def print_figures(f: dict) -> None:
     for r in f["b_kv_reuse"]:
         table.add_row(str(r["turn"]), str(r["scratchpad_tokens"]), str(r["prompt_tokens_evaluated"]))
     console.print(table)
-    c = f["c_time_to_fallback"]
-    console.print(f"(c) process start -> end of the capped loop on the adversarial input: {c['wall_s']:.2f} s "
-                  f"(goal <= 2.0 s); stop_reason {c['stop_reason']}, {c['turns']} turns, tool calls {c['tool_calls']}")
+    for c in f["c_time_to_end"]:
+        console.print(f"(c) process start -> end of the run (goal <= 2.0 s to the fallback): {c['wall_s']:.2f} s, "
+                      f"of which the loop {c['loop_s']:.2f} s; stop_reason {c['stop_reason']}, {c['turns']} turns, "
+                      f"tool calls {c['tool_calls']}  [{c['question']}]", highlight=False)
     d = f["d_eval"]
     console.print(f"(d) eval: {d['n']} questions in {d['total_s']:.1f} s in-process, {d['process_wall_s']:.1f} s "
                   f"with start-up (goal <= 45 s); accuracy {d['accuracy']:.1%}; p50 {d['latency_p50_s']:.2f} s, "
