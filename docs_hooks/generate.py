@@ -71,8 +71,7 @@ TEXT = {
         "q": "question (`--input`)", "llm": "model (`--llm`)", "flags": "extra agent flags",
         "timeout": "harness timeout (`--timeout`)", "none": "none",
         "cmd": "The agent command it starts inside the sandbox:",
-        "by_hand": "The same run by hand, under the harness, from your own tree; unlike `exp`, it keeps the whole "
-                   "trace in `runs/`. With `invoke break {alias}` applied it is the broken run; with your `src/` "
+        "by_hand": "The same run by hand, under the harness, from your own tree (the trace goes to `runs/`). With `invoke break {alias}` applied it is the broken run; with your `src/` "
                    "intact (or after `invoke fix {alias}`) it is the run with the guard in place:",
         "english": "",
         "idx_head": "| Break | Title | What it removes | Model |",
@@ -101,8 +100,8 @@ TEXT = {
         "q": "pregunta (`--input`)", "llm": "modelo (`--llm`)", "flags": "opciones extra del agente",
         "timeout": "tiempo límite del arnés (`--timeout`)", "none": "ninguna",
         "cmd": "La orden del agente que lanza dentro de la copia:",
-        "by_hand": "La misma ejecución a mano, dentro del arnés y desde tu propio árbol; a diferencia de `exp`, "
-                   "conserva la traza completa en `runs/`. Con `invoke break {alias}` aplicado es la ejecución "
+        "by_hand": "La misma ejecución a mano, dentro del arnés y desde tu propio árbol (la traza queda en "
+                   "`runs/`). Con `invoke break {alias}` aplicado es la ejecución "
                    "rota; con tu `src/` intacto (o después de `invoke fix {alias}`) es la ejecución con la guarda "
                    "en su sitio:",
         "english": " *(en inglés, tal como figura en el catálogo)*",

@@ -9,6 +9,7 @@ the observation is printed beside the prediction and appended to the notes.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -84,7 +85,7 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
         if prediction is None:
             console.print(notebook.how_to_predict(brk.id, learner))
             return None
-    question = question or (brk.input if brk else "Please conjugate the verb eat lovingly in the dreaming tense")
+    question = question or (brk.input if brk else "What is the present perfect of would for you?")
     timeout = timeout or (brk.timeout_s if brk else 30.0)
     llm = llm or (brk.llm if brk else "llama")
     run_flags = flags if flags is not None else (brk.flags if brk else [])
@@ -240,8 +241,6 @@ def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -
     ``<results_dir>/<id>.md``: a table of the two runs' measured figures and the CPU chart
     ``<assets_dir>/<id>.svg`` (broken and fixed side by side).  Nothing here is typed by hand.
     """
-    import os
-
     from .harness import write_svg_pair
 
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -280,14 +279,10 @@ def _results_table(brk: Break, broken: RunRecord, fixed: RunRecord, image: str) 
 
 
 def os_cores() -> int:
-    import os
-
     return os.cpu_count() or 0
 
 
 def _env() -> dict:
-    import os
-
     return {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
 
 
