@@ -255,6 +255,52 @@ def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -
                              titles=(f"{brk.id} (broken)", "intact loop (fixed)"))
         image = os.path.relpath(svg, ROOT / "docs" / "breaks").replace(os.sep, "/")  # relative to the break page
         (results_dir / f"{brk.id}.md").write_text(_results_table(brk, broken, fixed, image), encoding="utf-8")
+        keep = ("outcome", "stop_reason", "wall_s", "cpu_mean", "tool_calls", "processes_left", "started_at")
+        (results_dir / f"{brk.id}.json").write_text(json.dumps(
+            {"id": brk.id, "llm": brk.llm, "real_model": brk.real_model,
+             "broken": {k: v for k, v in broken.to_dict().items() if k in keep},
+             "fixed": {k: v for k, v in fixed.to_dict().items() if k in keep}}, indent=2), encoding="utf-8")
+    _write_summary(results_dir)
+    if only is None:
+        _write_eval_results(results_dir)
+
+
+def _write_summary(results_dir: Path) -> None:
+    """The tour's table for lab 03, from every break's latest measured pair."""
+    lines = ["| break · rotura | model · modelo | broken · roto | fixed · arreglado | CPU % broken / fixed | "
+             "processes left · procesos vivos |", "|---|---|---|---|---|---|"]
+    for path in sorted(results_dir.glob("[0-9][0-9]-*.json")):
+        r = json.loads(path.read_text(encoding="utf-8"))
+        b, f = r["broken"], r["fixed"]
+        model = r["llm"] if r["real_model"] else f"{r['llm']} (stand-in · sustituto)"
+        lines.append(f"| [{r['id']}](../breaks/{r['id']}.md) | `{model}` | {b['outcome']} ({b['stop_reason'] or '—'}) | "
+                     f"{f['outcome']} ({f['stop_reason'] or '—'}) | {b['cpu_mean']:.0f} / {f['cpu_mean']:.0f} | "
+                     f"{len(b['processes_left'])} / {len(f['processes_left'])} |")
+    (results_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _write_eval_results(results_dir: Path) -> None:
+    """Lab 01's figures: the public and held-out sets, calibrated scoring against plain greedy decoding."""
+    from .config import load_config
+    from .evaluation import load_eval_set, run_eval
+
+    lines = ["| set · conjunto | decoding · decodificación | accuracy · acierto | stop reasons · motivos | "
+             "p50 s | p95 s | total s |", "|---|---|---|---|---|---|---|"]
+    sets = [("eval.jsonl", "public · público"), ("heldout.jsonl", "held-out · reservado")]
+    for name, label in sets:
+        for decode in ("scored", "greedy"):
+            if name == "heldout.jsonl" and decode == "greedy":
+                continue  # the slow mode once is enough to show the gap
+            items = load_eval_set(ROOT / "labs" / "01-tutor-end-to-end" / name)
+            console.print(f"eval {name} {decode}")
+            r = run_eval(items, load_config(env={}, cli={"decode": decode}))
+            lines.append(f"| `{name}` ({label}) | `{decode}` | {r['correct']}/{r['n']} = {r['accuracy']:.1%} | "
+                         f"{r['stop_reasons']} | {r['latency_p50_s']:.2f} | {r['latency_p95_s']:.2f} | "
+                         f"{r['total_s']:.1f} |")
+    stamp = datetime.now().strftime("%Y-%m-%d %H:%M")
+    lines = [f"Measured by `invoke docs-results` · medido con `invoke docs-results`: {stamp}, {os_cores()} cores, "
+             "Gemma 3 270M (Q4_K_M).", ""] + lines
+    (results_dir / "eval.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _results_table(brk: Break, broken: RunRecord, fixed: RunRecord, image: str) -> str:
