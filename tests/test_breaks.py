@@ -117,3 +117,10 @@ def test_exp_runs_a_sandbox_and_leaves_the_learners_tree_alone():
 
 def test_maintainer_check_every_break_applies_is_caught_shows_its_symptom_and_reverts():
     assert lab.check_breaks(use_ci_models=True) == 0
+
+
+def test_tour_json_prints_only_json(capsys):
+    results = lab.tour(as_json=True, llm="scripted:oracle")
+    printed = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in printed] == EXPECTED == [r["id"] for r in results]
+    assert all(r["record"]["processes_left"] == [] or r["id"] == "09-orphan-server" for r in printed)

@@ -107,3 +107,20 @@ def test_eval_json_on_a_small_set(tmp_path):
     assert [i["question"] for i in report["items"]] == [i["question"] for i in items]
     assert set(report["stop_reasons"]) <= STOP_REASONS
     assert report["latency_p95_s"] >= report["latency_p50_s"] > 0
+
+
+def test_a_long_scratchpad_keeps_the_question_and_whole_pairs(session):
+    from miniagent.backends import Entry
+
+    pad = [Entry("question", "What is the present perfect of would for you?")]
+    for i in range(120):
+        pad += [Entry("action", '{"tool": "conjugate", "verb": "would", "tense": "present perfect", '
+                                f'"person": "you", "n": {i}}}'),
+                Entry("observation", f"error: 'would' is not a verb (attempt {i})")]
+    text = session.model._prompt_text(pad)
+    lines = text.splitlines()
+    assert lines[0] == "Q: " + pad[0].text and lines[1] == "O: (earlier steps omitted)"
+    body = lines[2:-1]
+    assert body and [line[:3] for line in body] == ["A: ", "O: "] * (len(body) // 2), "pairs out of step"
+    assert body[-1].endswith("(attempt 119)"), "the newest step is kept"
+    assert len(session.model.rt.tokenize(text)) <= session.model.rt.n_ctx - len(session.model.header_tokens)

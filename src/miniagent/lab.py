@@ -149,34 +149,41 @@ def report(record: RunRecord, json_path: Path, svg_path: Path) -> None:
 
 def tour(learner: str | None = None, *, as_json: bool = False, llm: str | None = None) -> list[dict]:
     """Run every break (predictions first when a learner is named), then one summary table."""
+    console.quiet = as_json  # with --json, stdout carries the JSON and nothing else
+    try:
+        results = _tour_runs(learner, as_json, llm)
+    finally:
+        console.quiet = False
+    if as_json:
+        print(json.dumps(results))
+        return results
+    table = Table(title="failure-mode tour")
+    for column in ("break", "model", "predicted outcome", "observed", "hit/miss"):
+        table.add_column(column)
+    for r in results:
+        rec = r["record"] or {}
+        predicted = (r["predicted"] or {}).get("outcome") or "-"
+        observed = f"{rec.get('outcome')} / {rec.get('stop_reason')} / cpu {rec.get('cpu_mean', 0):.0f} %"
+        score = f"{r['hits']}/{r['fields']} fields" if r["fields"] else "no prediction"
+        table.add_row(r["id"], r["llm"], str(predicted), observed, score)
+    console.print(table)
+    return results
+
+
+def _tour_runs(learner: str | None, as_json: bool, llm: str | None) -> list[dict]:
     results = []
     for brk in catalogue():
-        if not as_json:
-            console.rule(f"{brk.id}: {brk.title['en']}")
+        console.rule(f"{brk.id}: {brk.title['en']}")
         prediction = notebook.read_prediction(ROOT, learner, brk.id) if learner else None
-        if learner and prediction is None and not as_json:
+        if learner and prediction is None:
             console.print(f"(no prediction for {brk.id} in your notes: `invoke predict --variant {brk.alias} "
                           f"--learner {learner}` first to be scored)")
-        record = exp(brk.alias, learner=learner if prediction else None, live=not as_json, as_json=False,
-                     llm=llm) if not as_json else exp(brk.alias, live=False, as_json=False, llm=llm)
+        record = exp(brk.alias, learner=learner if prediction and not as_json else None, live=not as_json, llm=llm)
         rows = notebook.compare(prediction, record.to_dict()) if prediction and record else []
         hits = [r.hit for r in rows if r.hit is not None]
         results.append({"id": brk.id, "llm": llm or brk.llm, "real_model": (llm or brk.llm) == "llama",
                         "predicted": prediction, "record": record.to_dict() if record else None,
                         "hits": sum(hits), "fields": len(hits)})
-    if as_json:
-        print(json.dumps(results))
-    else:
-        table = Table(title="failure-mode tour")
-        for column in ("break", "model", "predicted outcome", "observed", "hit/miss"):
-            table.add_column(column)
-        for r in results:
-            rec = r["record"] or {}
-            predicted = (r["predicted"] or {}).get("outcome") or "-"
-            observed = f"{rec.get('outcome')} / {rec.get('stop_reason')} / cpu {rec.get('cpu_mean', 0):.0f} %"
-            score = f"{r['hits']}/{r['fields']} fields" if r["fields"] else "no prediction"
-            table.add_row(r["id"], r["llm"], str(predicted), observed, score)
-        console.print(table)
     return results
 
 

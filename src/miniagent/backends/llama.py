@@ -62,14 +62,15 @@ class LlamaBackend:
     # --- prompt ------------------------------------------------------------------
     def _prompt_text(self, scratchpad: list[Entry]) -> str:
         """The scratchpad as text; old steps are dropped when the window is full."""
-        entries = list(scratchpad)
+        question, history = scratchpad[0], list(scratchpad[1:])
+        omitted: list[Entry] = []
         budget = self.rt.n_ctx - len(self.header_tokens) - CONTEXT_MARGIN
         while True:
-            text = render(entries) + NEXT_ACTION
-            if len(entries) <= 3 or len(self.rt.tokenize(text)) <= budget:
+            text = render([question, *omitted, *history]) + NEXT_ACTION
+            if len(history) <= 2 or len(self.rt.tokenize(text)) <= budget:
                 return text
-            # keep the question, drop the oldest action/observation pair
-            entries = [entries[0], Entry("observation", "(earlier steps omitted)")] + entries[3:]
+            # keep the question, drop the oldest action/observation pair (pairs stay aligned)
+            history, omitted = history[2:], [Entry("observation", "(earlier steps omitted)")]
 
     def _tokens(self, text: str) -> list[int]:
         return self.header_tokens + self.rt.tokenize(text)
