@@ -20,13 +20,14 @@ from miniagent.agent.errors import (
     Cancelled,
     FormatErrorLimit,
     ServerFailed,
+    StuckLoop,
     TokenBudgetSpent,
     ToolCallCapHit,
     TurnCapHit,
     WallClockExceeded,
 )
-from miniagent.agent.guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, TokenBudget,
-                                   ToolCallCap, TurnCap, WallClock)
+from miniagent.agent.guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, StuckDetector,
+                                   TokenBudget, ToolCallCap, TurnCap, WallClock)
 from miniagent.agent.loop import grammar_tutor
 from miniagent.agent.trace import Trace
 
@@ -111,10 +112,10 @@ def test_dedup_unit():
 
 def test_identical_calls_are_not_executed_again():
     tools = FakeTools()
-    outcome, trace = run("stubborn", tools=tools, max_turns=6, max_tool_calls=4)
+    outcome, trace = run("stubborn", tools=tools, max_turns=6, max_tool_calls=4, max_repeats=0)
     assert len(tools.calls) == 1, "the repeated call reached the tool server"
     assert outcome.stats.identical_calls == 5
-    assert outcome.stop_reason == "max_turns"  # the turn cap still ends a model that ignores the nudge
+    assert outcome.stop_reason == "max_turns"  # with the stuck detector off, the turn cap ends a model that ignores the nudge
     assert "dedup" in guards_tripped(trace)
 
 
@@ -134,6 +135,56 @@ def test_breaker_forces_discovery_and_the_model_recovers():
     assert outcome.stats.tool_errors == 3
     assert "failure_breaker" in guards_tripped(trace)
     assert outcome.stop_reason == "answered" and outcome.answer == "she went"
+
+
+# --- stuck-pattern detector ----------------------------------------------------------------------------
+def test_stuck_detector_unit_repeats():
+    stuck = StuckDetector(repeats=3)
+    stuck.record("a", "error: no")
+    stuck.record("a", "error: no")
+    stuck.record("a", "she went")  # same call, another result: not a repeat
+    stuck.record("a", "she went")
+    with pytest.raises(StuckLoop, match="3 times in a row"):
+        stuck.record("a", "she went")
+
+
+def test_stuck_detector_unit_alternation():
+    stuck = StuckDetector(repeats=4)
+    for key in "ABABA":
+        stuck.record(key, key.lower())
+    with pytest.raises(StuckLoop, match="took turns"):
+        stuck.record("B", "b")
+    other = StuckDetector(repeats=4)
+    for key in "ABABAC":  # the sixth step breaks the pattern
+        other.record(key, key.lower())
+
+
+def test_stuck_detector_off_at_zero():
+    stuck = StuckDetector(repeats=0)
+    for _ in range(20):
+        stuck.record("a", "a")
+
+
+def test_stuck_detector_ends_a_repeating_model_before_the_caps():
+    outcome, trace = run("stubborn", max_turns=30, max_tool_calls=30, max_repeats=4)
+    assert outcome.stop_reason == "stuck"
+    assert outcome.stats.turns == 4, "one call and three repeats, not thirty turns"
+    assert "stuck" in guards_tripped(trace)
+
+
+def test_stuck_detector_ends_two_calls_taking_turns():
+    tools = FakeTools()
+    outcome, trace = run("alternator", tools=tools, max_turns=30, max_tool_calls=30)
+    assert outcome.stop_reason == "stuck"
+    assert outcome.stats.turns == 6 and len(tools.calls) == 2  # dedup answered the repeats; the detector saw them
+    assert "took turns" in outcome.answer
+
+
+def test_stuck_detector_lets_the_breaker_act_first():
+    # three identical failures force a discovery; the fourth is where the run is stuck
+    outcome, trace = run("stubborn", "What is the past simple of lovingly for she?", max_turns=30, max_tool_calls=30)
+    assert outcome.stats.tool_calls["list_tenses"] == 1
+    assert outcome.stop_reason == "stuck" and outcome.stats.tool_errors == 4
 
 
 # --- wall clock and per-tool timeout ------------------------------------------------------------------
@@ -202,7 +253,7 @@ def test_token_budget_ends_endless_continuations():
 
 def test_token_budget_is_checked_before_each_model_call():
     # stubborn finishes every turn; the check before the next model call is the one that stops it.
-    outcome, _ = run("stubborn", max_turns=1_000, max_tool_calls=1_000, max_run_tokens=300)
+    outcome, _ = run("stubborn", max_turns=1_000, max_tool_calls=1_000, max_run_tokens=300, max_repeats=0)
     assert outcome.stop_reason == "token_budget"
     assert outcome.stats.prompt_tokens + outcome.stats.completion_tokens >= 300
     assert outcome.stats.turns < 1_000
@@ -285,6 +336,7 @@ def test_fallback_says_what_was_tried_and_what_to_do():
     ("rambler", {}, "auto_continue_limit"),
     ("rambler", {"max_auto_continues": 100_000, "max_run_tokens": 2_000, "wall_clock_s": 10}, "token_budget"),
     ("garbler", {"max_turns": 50}, "format_errors"),
+    ("alternator", {"max_turns": 50, "max_tool_calls": 50}, "stuck"),
 ])
 def test_every_cap_ends_with_a_non_empty_fallback_and_its_reason(behaviour, limits, reason):
     outcome, trace = run(behaviour, **limits)

@@ -33,6 +33,9 @@ class TutorConfig:
     max_consecutive_failures: int = 3
     # Invalid actions in a row before the run ends (a backend without a grammar can emit them every turn).
     max_format_errors: int = 3
+    # Stuck detector: the same call with the same result this many times in a row ends the run, and so do two
+    # calls taking turns over 6 steps (0 = off). Above the breaker's 3, so its discovery step gets its chance.
+    max_repeats: int = 4
     # Time: the whole run, and each tool call.
     wall_clock_s: float = 20.0
     tool_timeout_s: float = 2.0
@@ -134,5 +137,7 @@ def _check(config: TutorConfig) -> None:
             raise ConfigError(f"{name} must be positive")
     if config.n_threads < 0:
         raise ConfigError("n_threads must be 0 (auto) or more")
+    if config.max_repeats < 0:
+        raise ConfigError("max_repeats must be 0 (off) or more")
     if config.max_auto_continues < 0:
         raise ConfigError("max_auto_continues must be 0 or more")

@@ -66,6 +66,12 @@ class FormatErrorLimit(CapHit):
     stop_reason = "format_errors"
 
 
+class StuckLoop(CapHit):
+    """The run repeats itself: the same call and result again and again, or two calls taking turns."""
+
+    stop_reason = "stuck"
+
+
 class InvalidInput(Terminal):
     """The question is empty or too long to be a question: refused before any model call."""
 

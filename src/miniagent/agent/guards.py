@@ -16,6 +16,7 @@ from .errors import (
     CallBudgetExhausted,
     Cancelled,
     FormatErrorLimit,
+    StuckLoop,
     TokenBudgetSpent,
     ToolCallCapHit,
     TurnCapHit,
@@ -104,6 +105,34 @@ class FormatBreaker:
         self.consecutive = 0 if valid else self.consecutive + 1
         if self.consecutive >= self.threshold:
             raise FormatErrorLimit(f"{self.consecutive} invalid actions in a row; max_format_errors={self.threshold}")
+
+
+@dataclass
+class StuckDetector:
+    """Ends a run that repeats itself (after OpenHands' StuckDetector).
+
+    A step is one tool call and its result (or error).  Stuck means the same step
+    ``repeats`` times in a row, or two different steps taking turns over the last
+    ``alternation`` steps (A, B, A, B, A, B).  ``repeats=0`` turns the detector off.
+    The caps would end such a run too, but only after spending the whole budget.
+    """
+
+    repeats: int
+    alternation: int = 6
+    steps: list[tuple[str, str]] = field(default_factory=list)
+
+    def record(self, call_key: str, result: str) -> None:
+        if self.repeats <= 0:
+            return
+        self.steps.append((call_key, result))
+        last = self.steps[-self.repeats:]
+        if len(last) == self.repeats and len(set(last)) == 1:
+            raise StuckLoop(f"the same call gave the same result {self.repeats} times in a row;"
+                            f" max_repeats={self.repeats}")
+        window = self.steps[-self.alternation:]
+        if (len(window) == self.alternation and window[0] != window[1]
+                and set(window[0::2]) == {window[0]} and set(window[1::2]) == {window[1]}):
+            raise StuckLoop(f"two calls took turns over the last {self.alternation} steps, with the same results")
 
 
 @dataclass

@@ -19,8 +19,8 @@ from .ports import Backend, Entry, ModelReply, Tools
 from .config import TutorConfig
 from .errors import (Cancelled, InvalidInput, ModelFailed, ModelTimeout, Recoverable, ServerFailed, Terminal,
                      WallClockExceeded)
-from .guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, TokenBudget, ToolCallCap,
-                     TurnCap, WallClock)
+from .guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, StuckDetector, TokenBudget,
+                     ToolCallCap, TurnCap, WallClock)
 from .trace import Trace
 
 log = logging.getLogger("miniagent")
@@ -88,6 +88,7 @@ class GrammarTutor:
         self.dedup = CallDedup()
         self.breaker = FailureBreaker(config.max_consecutive_failures)
         self.format_breaker = FormatBreaker(config.max_format_errors)
+        self.stuck = StuckDetector(config.max_repeats)
         self.clock = WallClock(config.wall_clock_s)
         self.tokens = TokenBudget(config.max_run_tokens)
         self.cancelled = CancelCheck(cancel)
@@ -174,13 +175,14 @@ class GrammarTutor:
         return reply
 
     def run_tool(self, action: Action) -> str:
-        """Run one tool call through dedup, the call cap and the failure breaker."""
+        """Run one tool call through dedup, the call cap, the failure breaker and the stuck detector."""
         key = action.call_key()
         self.stats.identical_calls += key in self.calls_seen
         self.calls_seen.add(key)
         earlier = self.dedup.earlier_result(key)
         if earlier is not None:
             self.trace.emit("guard", name="dedup", tool=action.tool, args=action.args)
+            self.stuck.record(key, earlier)  # a repeat that dedup answers is still a repeat
             return f"{earlier} {DEDUP_NUDGE}"
         self.call_cap.check(sum(self.stats.tool_calls.values()) - self.stats.forced_calls)
         self.stats.tool_calls[action.tool] += 1
@@ -193,6 +195,7 @@ class GrammarTutor:
             self.stats.last_tool_error = f"{type(err).__name__}: {err}"
             self.trace.emit("tool_error", tool=action.tool, error=self.stats.last_tool_error)
             observation = f"error: {err}"
+            self.stuck.record(key, observation)  # before the breaker's discovery, which is not the tool's answer
             if self.breaker.record(ok=False):
                 self.trace.emit("guard", name="failure_breaker", after=self.config.max_consecutive_failures)
                 observation += "\n" + self.discover()
@@ -200,6 +203,7 @@ class GrammarTutor:
         self.breaker.record(ok=True)
         self.dedup.remember(key, result)
         self.trace.emit("tool_result", tool=action.tool, result=result)
+        self.stuck.record(key, result)
         return result
 
     def discover(self) -> str:
@@ -241,6 +245,7 @@ STOP_REASON_TEXT = {
     "auto_continue_limit": "the model's reply kept getting cut off",
     "token_budget": "it used up the run's token budget",
     "format_errors": "the model kept replying with actions that are not valid",
+    "stuck": "it kept repeating the same steps",
     "cancelled": "the run was cancelled",
 }
 
@@ -280,6 +285,6 @@ def summary_line(stop_reason: str, stats: Stats) -> str:
     counts = ", ".join(f"{t} x{n}" for t, n in sorted(stats.tool_calls.items())) or "no tool calls"
     last = f", last error: {stats.last_tool_error}" if stats.last_tool_error else ""
     caps = {"max_turns", "max_tool_calls", "call_budget", "wall_clock", "auto_continue_limit", "token_budget",
-            "format_errors"}
+            "format_errors", "stuck"}
     kind = "cap hit" if stop_reason in caps else "stopped"
     return f"{kind} ({stop_reason}) at {stats.turns} turns: {counts}{last}"

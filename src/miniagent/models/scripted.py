@@ -22,6 +22,7 @@ BEHAVIOURS = {
     "clumsy": "calls with a non-verb until it sees the list of tenses, then recovers",
     "rambler": "its answer never ends: every reply stops with finish_reason 'length'",
     "planner": "declares a plan of three verbs, conjugates each, then answers",
+    "alternator": "never satisfied: two conjugate calls taking turns (A, B, A, B...), never answers",
     "garbler": "never gives a valid action (like a backend without a grammar): broken JSON, unknown tools, bad fields",
 }
 
@@ -82,6 +83,12 @@ class ScriptedBackend:
         call["tense"] = TENSES[turn % len(TENSES)]
         call["person"] = PERSON_CHOICES[(turn // len(TENSES)) % len(PERSON_CHOICES)]
         return self._call(call)
+
+    def _alternator(self, pad, first_turn, partial):
+        turn = sum(1 for e in pad if e.role == "action")
+        call = guess_call(pad[0].text)
+        other = "present simple" if call["tense"] != "present simple" else "past simple"
+        return self._call(call if turn % 2 == 0 else {**call, "tense": other})
 
     def _clumsy(self, pad, first_turn, partial):
         saw_discovery = any(e.role == "observation" and "future perfect continuous" in e.text for e in pad)
