@@ -355,9 +355,102 @@ def test_one_summary_line_per_run(caplog):
     assert lines[1].startswith("cap hit (max_turns) at 2 turns: conjugate x1")
 
 
+# --- grounding: no answer before a successful tool result ---------------------------------------------------
+def test_the_model_may_not_answer_before_a_successful_tool_result():
+    tools = FakeTools()
+    outcome, _ = run("knowall", tools=tools)
+    assert len(tools.calls) == 1, "the first turn must call the tool"
+    assert (outcome.answer, outcome.stop_reason) == ("she went", "answered"), "not the made-up 'she goed'"
+
+
+def test_no_answer_right_after_a_tool_error():
+    outcome, _ = run("knowall", "What is the past simple of lovingly for she?", max_turns=3, final_answer_round=False)
+    assert outcome.stop_reason != "answered", "an error is not a result to answer from"
+
+
 # --- the first turn can only call a tool (enforced by the schema the grammar is built from) ---------------
 def test_first_turn_schema_has_no_answer_branch():
     first = schema_for_turn(first_turn=True)
     later = schema_for_turn(first_turn=False)
     assert not any("answer" in branch["properties"] for branch in first["anyOf"])
     assert any("answer" in branch["properties"] for branch in later["anyOf"])
+
+
+# --- the final round after a limit -------------------------------------------------------------------------
+class RecordingModel:
+    """A scripted model that remembers the ``final`` flag of every call (and may ignore it)."""
+
+    def __init__(self, behaviour: str, ignore_final: bool = False):
+        self.inner, self.ignore_final, self.finals = scripted(behaviour), ignore_final, []
+        self.name = self.inner.name
+
+    def next_action(self, scratchpad, **kw):
+        self.finals.append(kw.get("final", False))
+        if self.ignore_final:
+            kw["final"] = False
+        return self.inner.next_action(scratchpad, **kw)
+
+    def close(self):
+        pass
+
+
+def test_final_round_schema_offers_only_the_answer():
+    final = schema_for_turn(first_turn=False, may_answer=False, final=True)
+    assert [list(b["properties"]) for b in final["anyOf"]] == [["answer"]]
+
+
+def test_final_round_gives_the_models_best_answer_after_a_cap():
+    model, tools = RecordingModel("stubborn"), FakeTools()
+    outcome = grammar_tutor(QUESTION, model=model, tools=tools, config=config(max_turns=3, max_repeats=0))
+    assert outcome.stop_reason == "max_turns" and outcome.stats.turns == 3
+    assert model.finals == [False, False, False, True], "one extra call, marked final, after the cap"
+    assert outcome.final_answer == "she went"
+    assert "Unconfirmed answer" in outcome.answer and "she went" in outcome.answer
+    assert "stop_reason: max_turns" in outcome.answer, "still a fallback, with its reason"
+    assert len(tools.calls) == 1
+
+
+def test_a_tool_asked_for_in_the_final_round_is_not_run():
+    model, tools = RecordingModel("stubborn", ignore_final=True), FakeTools()
+    trace = Trace.memory()
+    outcome = grammar_tutor(QUESTION, model=model, tools=tools, config=config(max_turns=3, max_repeats=0), trace=trace)
+    assert outcome.stop_reason == "max_turns" and outcome.final_answer == ""
+    assert len(tools.calls) == 1 and outcome.stats.tool_calls == {"conjugate": 1}, "the cap still holds"
+    assert [e["detail"] for e in trace.events if e["event"] == "final_round"] == ["the model asked for conjugate; not run"]
+
+
+@pytest.mark.parametrize("behaviour,limits,reason", [
+    ("garbler", {"max_turns": 50}, "format_errors"),
+    ("rambler", {}, "auto_continue_limit"),
+    ("stubborn", {"max_turns": 3, "max_repeats": 0, "final_answer_round": False}, "max_turns"),
+])
+def test_no_final_round_where_it_cannot_help_or_is_turned_off(behaviour, limits, reason):
+    model = RecordingModel(behaviour)
+    outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(**limits))
+    assert outcome.stop_reason == reason
+    assert True not in model.finals and outcome.final_answer == ""
+
+
+def test_final_round_after_a_stuck_stop_and_within_the_wall_clock():
+    outcome, trace = run("alternator", max_turns=30, max_tool_calls=30, wall_clock_s=5)
+    assert outcome.stop_reason == "stuck"
+    assert outcome.final_answer in ("she went", "she goes")
+    assert outcome.stats.seconds < 5
+
+
+def test_remaining_budget_notice_is_off_by_default_and_counts_down_when_on():
+    model = RecordingPad("stubborn")
+    grammar_tutor(QUESTION, model=model, tools=FakeTools(),
+                  config=config(max_turns=3, max_repeats=0, final_answer_round=False, remaining_budget_notice=True))
+    observations = [e.text for e in model.last_pad if e.role == "observation"]
+    assert observations[0] == "she went (turns left: 2)"
+    assert observations[1].endswith("(turns left: 1)")
+    plain = RecordingPad("stubborn")
+    grammar_tutor(QUESTION, model=plain, tools=FakeTools(), config=config(max_turns=3, max_repeats=0))
+    assert not any("turns left" in e.text for e in plain.last_pad)
+
+
+class RecordingPad(RecordingModel):
+    def next_action(self, scratchpad, **kw):
+        self.last_pad = list(scratchpad)
+        return super().next_action(scratchpad, **kw)

@@ -17,9 +17,10 @@ from .agent.config import ConfigError, TutorConfig, load_config
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("settings (override config file and MINIAGENT_* env vars)")
-    kinds = {"int": int, "float": float, "str": str}
+    kinds = {"int": int, "float": float, "str": str, "bool": str}  # a bool is checked by the config layer
     for f in fields(TutorConfig):
-        group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kinds[str(f.type)], default=None)
+        group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kinds[str(f.type)], default=None,
+                           **({"metavar": "true|false"} if str(f.type) == "bool" else {}))
     parser.add_argument("--config", default=None, help="path of a TOML config file (default: ./miniagent.toml)")
     parser.add_argument("--trace", default=None, help="write JSON-lines events to FILE ('-' for stdout)")
 
@@ -81,7 +82,7 @@ def _ask(args: argparse.Namespace, config: TutorConfig) -> int:
         trace.close()
     if args.json:
         print(json.dumps({"answer": outcome.answer, "stop_reason": outcome.stop_reason,
-                          "stats": outcome.stats.as_dict()}, ensure_ascii=False))
+                          "final_answer": outcome.final_answer, "stats": outcome.stats.as_dict()}, ensure_ascii=False))
     else:
         print(outcome.answer)
         s = outcome.stats

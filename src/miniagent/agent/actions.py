@@ -51,17 +51,21 @@ _ANSWER = {
 NEXT_ACTION_SCHEMA: dict = {"title": "NextAction", "anyOf": [_CONJUGATE, _LIST_TENSES, _ANSWER]}
 
 
-def schema_for_turn(first_turn: bool, may_answer: bool | None = None) -> dict:
+def schema_for_turn(first_turn: bool, may_answer: bool | None = None, final: bool = False) -> dict:
     """The schema in force for this turn.
 
     The tutor grounds every answer in the tool: it may answer only when its
     latest observation is a successful tool result.  On the first turn there
     is none, and after a tool error there is none either, so the ``answer``
     branch is removed from the grammar itself (not checked after the fact).
-    Only the first turn may declare a plan.
+    Only the first turn may declare a plan.  The final round, after a limit,
+    is the opposite: the answer is the only branch left.
     """
-    may_answer = (not first_turn) if may_answer is None else may_answer
     schema = copy.deepcopy(NEXT_ACTION_SCHEMA)
+    if final:
+        schema["anyOf"] = [b for b in schema["anyOf"] if "answer" in b["properties"]]
+        return schema
+    may_answer = (not first_turn) if may_answer is None else may_answer
     if not may_answer:
         schema["anyOf"] = [b for b in schema["anyOf"] if "answer" not in b["properties"]]
     if not first_turn:

@@ -36,6 +36,12 @@ class TutorConfig:
     # Stuck detector: the same call with the same result this many times in a row ends the run, and so do two
     # calls taking turns over 6 steps (0 = off). Above the breaker's 3, so its discovery step gets its chance.
     max_repeats: int = 4
+    # After a turn cap, tool-call cap, plan budget or stuck stop: one last model call that may only answer,
+    # shown to the user as an unconfirmed answer next to the fallback (smolagents and CrewAI do the same).
+    final_answer_round: bool = True
+    # Experiment (off): end every observation with the turns left, as smolagents and LangGraph's RemainingSteps
+    # tell their models. docs/labs/04 measures what it changes for this model.
+    remaining_budget_notice: bool = False
     # Time: the whole run, and each tool call.
     wall_clock_s: float = 20.0
     tool_timeout_s: float = 2.0
@@ -73,13 +79,22 @@ class ConfigError(ValueError):
     """A setting has the wrong name or type; the message says which."""
 
 
+_BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
 def _coerce(name: str, raw: Any, kind: type) -> Any:
     try:
         if kind is bool:
-            return raw if isinstance(raw, bool) else str(raw).lower() in {"1", "true", "yes", "on"}
+            if isinstance(raw, bool):
+                return raw
+            word = str(raw).strip().lower()
+            if word not in _BOOL_WORDS:
+                raise ValueError
+            return _BOOL_WORDS[word]
         return kind(raw)
     except (TypeError, ValueError):
-        raise ConfigError(f"{name}: expected {kind.__name__}, got {raw!r}") from None
+        wanted = "true or false" if kind is bool else kind.__name__
+        raise ConfigError(f"{name}: expected {wanted}, got {raw!r}") from None
 
 
 def _types() -> dict[str, type]:

@@ -17,8 +17,8 @@ from typing import Callable
 from .actions import Action, InvalidAction, parse_action
 from .ports import Backend, Entry, ModelReply, Tools
 from .config import TutorConfig
-from .errors import (Cancelled, InvalidInput, ModelFailed, ModelTimeout, Recoverable, ServerFailed, Terminal,
-                     WallClockExceeded)
+from .errors import (CallBudgetExhausted, Cancelled, InvalidInput, ModelFailed, ModelTimeout, Recoverable, ServerFailed,
+                     StuckLoop, Terminal, ToolCallCapHit, TurnCapHit, WallClockExceeded)
 from .guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, StuckDetector, TokenBudget,
                      ToolCallCap, TurnCap, WallClock)
 from .trace import Trace
@@ -26,6 +26,9 @@ from .trace import Trace
 log = logging.getLogger("miniagent")
 
 DEDUP_NUDGE = "(same call as before, not run again: answer with this result)"
+# The limits after which the model gets one last round to answer: time and tokens are spent, and a model that
+# cannot keep to the format would not answer either.
+FINAL_ROUND_AFTER = (TurnCapHit, ToolCallCapHit, CallBudgetExhausted, StuckLoop)
 
 
 @dataclass
@@ -51,6 +54,7 @@ class Outcome:
     answer: str
     stop_reason: str
     stats: Stats
+    final_answer: str = ""  # the model's answer in the final round after a limit (also inside ``answer``)
 
     @property
     def fallback(self) -> bool:
@@ -109,7 +113,8 @@ class GrammarTutor:
             return self.finish(model_failure_text(failure, self.stats), "model_failed")
         except Terminal as stop:
             self.trace.emit("guard", name=stop.stop_reason, detail=str(stop))
-            return self.finish(fallback_text(stop, self.stats), stop.stop_reason)
+            final = self.final_round(stop)
+            return self.finish(fallback_text(stop, self.stats, final), stop.stop_reason, final)
         except KeyboardInterrupt:
             return self.finish(fallback_text(Cancelled("interrupted"), self.stats), Cancelled.stop_reason)
 
@@ -158,11 +163,11 @@ class GrammarTutor:
     def tokens_used(self) -> int:
         return self.stats.prompt_tokens + self.stats.completion_tokens
 
-    def model_reply(self, first_turn: bool, partial: str) -> ModelReply:
+    def model_reply(self, first_turn: bool, partial: str, final: bool = False) -> ModelReply:
         """One call to the model, given what is left of the run's time (like a tool call)."""
         try:
             reply = self.model.next_action(self.scratchpad, first_turn=first_turn, may_answer=self.grounded,
-                                           partial=partial, timeout_s=self.clock.time_left())
+                                           partial=partial, timeout_s=self.clock.time_left(), final=final)
         except ModelTimeout:
             raise WallClockExceeded(f"the model was still replying when wall_clock_s={self.config.wall_clock_s:g}"
                                     " ran out") from None
@@ -219,13 +224,35 @@ class GrammarTutor:
     def observe(self, observation: str) -> None:
         """Show the model what happened; only a successful tool result lets it answer next."""
         self.grounded = not observation.startswith("error:")
+        if self.config.remaining_budget_notice:
+            observation += f" (turns left: {self.config.max_turns - self.stats.turns})"
         self.scratchpad.append(Entry("observation", observation))
 
-    def finish(self, answer: str, stop_reason: str) -> Outcome:
+    def final_round(self, stop: Terminal) -> str:
+        """After a cap: one more model call whose only branch is the answer, so the user gets the model's
+        best answer from what the run found (marked as such), not just canned text. "" when there is none."""
+        if not (self.config.final_answer_round and isinstance(stop, FINAL_ROUND_AFTER)):
+            return ""
+        # No notice in the prompt: this base model copies the last line it sees, so a notice would become its
+        # answer. The grammar alone makes this round final: it has no branch but the answer.
+        try:
+            reply = self.model_reply(first_turn=False, partial="", final=True)
+            action = parse_action(reply.text, first_turn=False, may_answer=True)
+        except (Recoverable, Terminal, KeyboardInterrupt) as err:  # out of time, a failed model, an invalid reply
+            self.trace.emit("final_round", answer="", detail=f"{type(err).__name__}: {err}")
+            return ""
+        if action.kind != "answer":  # a backend without a grammar can still ask for a tool: it is not run
+            self.trace.emit("final_round", answer="", detail=f"the model asked for {action.tool}; not run")
+            return ""
+        self.trace.emit("final_round", answer=action.answer)
+        return action.answer
+
+    def finish(self, answer: str, stop_reason: str, final_answer: str = "") -> Outcome:
         self.stats.seconds = round(self.clock.elapsed(), 3)
-        self.trace.emit("stop", stop_reason=stop_reason, answer=answer, stats=self.stats.as_dict())
+        self.trace.emit("stop", stop_reason=stop_reason, answer=answer, final_answer=final_answer,
+                        stats=self.stats.as_dict())
         log.info(summary_line(stop_reason, self.stats))
-        return Outcome(answer, stop_reason, self.stats)
+        return Outcome(answer, stop_reason, self.stats, final_answer)
 
 
 def check_input(user_input: str, max_chars: int) -> None:
@@ -250,14 +277,19 @@ STOP_REASON_TEXT = {
 }
 
 
-def fallback_text(stop: Terminal, stats: Stats) -> str:
+def fallback_text(stop: Terminal, stats: Stats, final_answer: str = "") -> str:
     """What a user sees when a guard ends the run: what was tried, and what to do next."""
     tried = ", ".join(f"{tool} x{n}" for tool, n in sorted(stats.tool_calls.items())) or "no tool calls"
     lines = [
         f"Sorry, I could not finish this one: {STOP_REASON_TEXT.get(stop.stop_reason, stop)} ({stop})"
         f" [stop_reason: {stop.stop_reason}].",
-        f"Tried: {tried} in {stats.turns} turn(s).",
     ]
+    if final_answer:
+        backed = sum(stats.tool_calls.values()) - stats.forced_calls - stats.tool_errors  # the model's own calls
+        lines.append(f"Unconfirmed answer, written when the limit was hit "
+                     f"({f'{backed} tool call(s) had succeeded' if backed else 'no tool call had succeeded'}):"
+                     f" {final_answer}")
+    lines.append(f"Tried: {tried} in {stats.turns} turn(s).")
     if stats.last_tool_error:
         lines.append(f"Last tool error: {stats.last_tool_error}")
     lines.append("Next: ask for one verb, one tense and one person, e.g. "

@@ -34,10 +34,11 @@ class Backend(Protocol):
     name: str
 
     def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
-                    partial: str = "", timeout_s: float | None = None) -> ModelReply:
-        """Return the next action, following ``schema_for_turn(first_turn, may_answer)``.
+                    partial: str = "", timeout_s: float | None = None, final: bool = False) -> ModelReply:
+        """Return the next action, following ``schema_for_turn(first_turn, may_answer, final)``.
 
         ``partial`` is the truncated text of this turn to continue from.
+        ``final`` is the round after a limit: only an answer may follow.
         ``timeout_s`` is the time this reply may take (what is left of the run):
         past it the backend stops working and raises ``ModelTimeout``.
         A reply the backend cannot use raises ``ModelFailed``."""

@@ -60,10 +60,12 @@ class Expect:
     cpu_mean_min: float | None = None
     cpu_mean_max: float | None = None
     tool_calls_min: int | None = None
+    tool_calls_max: int | None = None
     identical_calls_min: int | None = None
     turns_min: int | None = None
     processes_left_min: int | None = None
     answer_empty: bool | None = None
+    final_answer_given: bool | None = None
     wall_s_min: float | None = None
 
     def describe(self) -> str:
@@ -98,6 +100,8 @@ class Expect:
             need(record["cpu_mean"] <= self.cpu_mean_max, f"cpu_mean {record['cpu_mean']:.0f} > {self.cpu_mean_max}")
         if self.tool_calls_min is not None:
             need(record["tool_calls"] >= self.tool_calls_min, f"tool_calls {record['tool_calls']} < {self.tool_calls_min}")
+        if self.tool_calls_max is not None:
+            need(record["tool_calls"] <= self.tool_calls_max, f"tool_calls {record['tool_calls']} > {self.tool_calls_max}")
         if self.identical_calls_min is not None:
             need(record["identical_calls"] >= self.identical_calls_min,
                  f"identical_calls {record['identical_calls']} < {self.identical_calls_min}")
@@ -109,6 +113,9 @@ class Expect:
         if self.answer_empty is not None:
             need((not (record.get("answer") or "").strip()) == self.answer_empty,
                  f"answer empty is {not (record.get('answer') or '').strip()}, expected {self.answer_empty}")
+        if self.final_answer_given is not None:
+            given = bool((record.get("final_answer") or "").strip())
+            need(given == self.final_answer_given, f"final answer given is {given}, expected {self.final_answer_given}")
         if self.wall_s_min is not None:
             need(record["wall_s"] >= self.wall_s_min, f"wall_s {record['wall_s']:.1f} < {self.wall_s_min}")
         return out

@@ -148,7 +148,8 @@ def run_eval(items: list[EvalItem], config: TutorConfig) -> dict:
                 "question": item.question,
                 "accept": item.accept,
                 "answer": outcome.answer,
-                "correct": is_correct(outcome.answer, item.accept),
+                # only an answer counts: a fallback, even one holding the final round's answer, is not one
+                "correct": outcome.stop_reason == "answered" and is_correct(outcome.answer, item.accept),
                 "stop_reason": outcome.stop_reason,
                 "turns": outcome.stats.turns,
                 "tool_calls": dict(outcome.stats.tool_calls),

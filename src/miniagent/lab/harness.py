@@ -89,6 +89,7 @@ class RunRecord:
     outcome: str = "crash"
     stop_reason: str | None = None
     answer: str | None = None
+    final_answer: str | None = None  # the model's answer in the final round after a limit ("" if none)
     exit_code: int | None = None
     wall_s: float = 0.0
     # When the loop started (first trace event), seconds after launch: Python
@@ -630,6 +631,7 @@ def _fill_outcome(record: RunRecord, progress: Progress, printed: dict[str, Any]
     stop = progress.stop or {}
     record.stop_reason = (printed or {}).get("stop_reason") or stop.get("stop_reason")
     record.answer = (printed or {}).get("answer", stop.get("answer"))
+    record.final_answer = (printed or {}).get("final_answer", stop.get("final_answer"))
     if interrupted:
         record.outcome = "interrupted"
     elif timed_out:

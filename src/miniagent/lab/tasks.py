@@ -406,11 +406,11 @@ def _results_table(brk: Break, broken: RunRecord, fixed: RunRecord, image: str) 
         killed = f" (killed {r.kill_latency_s:+.2f} s)" if r.kill_latency_s is not None else ""
         return [r.outcome, str(r.stop_reason or "—"), f"{r.wall_s:.1f}{killed}", f"{r.cpu_mean:.0f}",
                 f"{r.cpu_max:.0f}", f"{r.rss_max_mb:.0f}", calls, str(r.identical_calls), str(r.tool_errors),
-                str(r.turns), str(len(r.processes_left))]
+                str(r.turns), _final_cell(r.final_answer), str(len(r.processes_left))]
 
     labels = ["outcome · resultado", "stop_reason", "wall s · segundos", "CPU mean % · media", "CPU max % · máx.",
               "RSS max MB", "tool calls · llamadas", "identical calls · idénticas", "tool errors · errores",
-              "turns · turnos", "processes left · procesos vivos"]
+              "turns · turnos", "final-round answer · respuesta de la ronda final", "processes left · procesos vivos"]
     model = brk.llm if brk.real_model else f"{brk.llm} (stand-in · sustituto)"
     lines = [f"Measured by `invoke docs-results` · medido con `invoke docs-results`: {broken.started_at[:16]}, "
              f"{os_cores()} cores, model · modelo `{model}`, timeout {brk.timeout_s:g} s, "
@@ -421,6 +421,13 @@ def _results_table(brk: Break, broken: RunRecord, fixed: RunRecord, image: str) 
     lines += [f"| {label} | {b} | {f} |" for label, b, f in zip(labels, cells(broken), cells(fixed))]
     lines += ["", f"![CPU over time, broken vs fixed · CPU en el tiempo, roto frente a arreglado]({image})", ""]
     return "\n".join(lines)
+
+
+def _final_cell(answer: str | None) -> str:
+    """The final round's answer, quoted for a table cell; a dash when there was none."""
+    if not answer:
+        return "—"
+    return "“" + answer.replace("|", "\\|").replace("\n", " ") + "”"
 
 
 def os_cores() -> int:

@@ -81,7 +81,7 @@ class LlamaBackend:
 
     # --- the backend protocol ----------------------------------------------------------
     def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
-                    partial: str = "", timeout_s: float | None = None) -> ModelReply:
+                    partial: str = "", timeout_s: float | None = None, final: bool = False) -> ModelReply:
         started = time.perf_counter()
         evaluated_before = self.rt.evaluated
         self.rt.deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -90,11 +90,11 @@ class LlamaBackend:
             self.rt.sync(self._tokens(prompt + partial))
             prompt_tokens = self.rt.evaluated - evaluated_before
             if self.decode == "greedy":
-                text, finished = self._greedy(prompt, schema_for_turn(first_turn, may_answer), partial)
+                text, finished = self._greedy(prompt, schema_for_turn(first_turn, may_answer, final), partial)
             elif partial:
                 text, finished = self._continue_answer(prompt + partial)
             else:
-                text, finished = self._scored(prompt, schema_for_turn(first_turn, may_answer))
+                text, finished = self._scored(prompt, schema_for_turn(first_turn, may_answer, final))
         finally:
             self.rt.deadline = None
         completion_tokens = len(self.rt.tokenize(text)) if text else 0

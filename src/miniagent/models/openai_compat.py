@@ -44,14 +44,14 @@ class OpenAIBackend:
         self.timeout_s = timeout_s
         self.name = f"openai:{model}"
 
-    def _format(self, first_turn: bool, may_answer: bool | None) -> dict:
-        schema = schema_for_turn(first_turn, may_answer)
+    def _format(self, first_turn: bool, may_answer: bool | None, final: bool = False) -> dict:
+        schema = schema_for_turn(first_turn, may_answer, final)
         if self.response_format == "json_object":
             return {"type": "json_object", "schema": schema}
         return {"type": "json_schema", "json_schema": {"name": "next_action", "schema": schema, "strict": True}}
 
     def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
-                    partial: str = "", timeout_s: float | None = None) -> ModelReply:
+                    partial: str = "", timeout_s: float | None = None, final: bool = False) -> ModelReply:
         user = render(scratchpad) + "What is the next action (A:)?"
         if partial:
             user += f"\nYour reply was cut off after: {partial}\nWrite only the rest of it."
@@ -62,7 +62,7 @@ class OpenAIBackend:
             "max_tokens": self.max_action_tokens,
         }
         if not partial:  # a continuation is a fragment, not a whole action
-            body["response_format"] = self._format(first_turn, may_answer)
+            body["response_format"] = self._format(first_turn, may_answer, final)
         started = time.perf_counter()
         data = self._post(body, timeout_s)
         text, finish_reason = self._choice(data)

@@ -23,8 +23,14 @@ BEHAVIOURS = {
     "rambler": "its answer never ends: every reply stops with finish_reason 'length'",
     "planner": "declares a plan of three verbs, conjugates each, then answers",
     "alternator": "never satisfied: two conjugate calls taking turns (A, B, A, B...), never answers",
+    "knowall": "answers from memory (a made-up regular form) whenever the schema lets it answer; calls the tool only when it must",
     "garbler": "never gives a valid action (like a backend without a grammar): broken JSON, unknown tools, bad fields",
 }
+
+# Behaviours that play a model whose replies a grammar cannot shape: the rambler's answer never ends, the
+# garbler ignores the format. The others act as if decoded under the turn's schema, so in the final round,
+# where the schema has only the answer branch, they answer.
+UNCONSTRAINED = ("rambler", "garbler")
 
 
 def guess_call(question: str) -> dict:
@@ -51,14 +57,24 @@ class ScriptedBackend:
         self.name = f"scripted:{behaviour}"
 
     def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
-                    partial: str = "", timeout_s: float | None = None) -> ModelReply:
+                    partial: str = "", timeout_s: float | None = None, final: bool = False) -> ModelReply:
         started = time.perf_counter()
-        text, finish = getattr(self, "_" + self.behaviour)(scratchpad, first_turn, partial)
+        self.may_answer = (not first_turn) if may_answer is None else may_answer  # what the turn's schema allows
+        if final and self.behaviour not in UNCONSTRAINED:
+            text, finish = self._final(scratchpad)
+        else:
+            text, finish = getattr(self, "_" + self.behaviour)(scratchpad, first_turn, partial)
         prompt_tokens = sum(len(e.text.split()) for e in scratchpad)
         return ModelReply(text, finish, prompt_tokens, len(text.split()), time.perf_counter() - started)
 
     def close(self) -> None:
         pass
+
+    @classmethod
+    def _final(cls, pad):
+        """The final round: answer with the latest successful tool result, or say there is none."""
+        results = [e.text for e in pad if e.role == "observation" and not e.text.startswith("error")]
+        return cls._answer(results[-1].split(" (", 1)[0] if results else "I could not work it out")
 
     # --- behaviours -------------------------------------------------------
     @staticmethod
@@ -89,6 +105,14 @@ class ScriptedBackend:
         call = guess_call(pad[0].text)
         other = "present simple" if call["tense"] != "present simple" else "past simple"
         return self._call(call if turn % 2 == 0 else {**call, "tense": other})
+
+    def _knowall(self, pad, first_turn, partial):
+        call = guess_call(pad[0].text)
+        if not self.may_answer:
+            return self._call(call)
+        if pad[-1].role == "observation" and not pad[-1].text.startswith("error"):
+            return self._answer(pad[-1].text.split(" (", 1)[0])  # a tool result in view: it copies it
+        return self._answer(f"{call['person']} {call['verb']}ed")  # from memory: every verb is regular to it
 
     def _clumsy(self, pad, first_turn, partial):
         saw_discovery = any(e.role == "observation" and "future perfect continuous" in e.text for e in pad)
