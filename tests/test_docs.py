@@ -64,3 +64,15 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     spanish_home = site / SECOND_LANGUAGE / "index.html"
     assert spanish_home.is_file(), "the Spanish site was not built"
     assert 'lang="es"' in spanish_home.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("page", ["03-failure-mode-tour.md", "03-failure-mode-tour.es.md"])
+def test_the_tour_predicts_every_break(page: str) -> None:
+    """Lab 03's loop names each break by its alias: a break added to breaks/ must be added there too."""
+    import re
+
+    text = (DOCS / "labs" / page).read_text(encoding="utf-8")
+    loop = re.search(r"for b in (.*?); do", text, re.S).group(1)
+    named = set(loop.replace("\\", " ").split())
+    aliases = {folder.name.split("-", 1)[1] for folder in (ROOT / "breaks").iterdir() if folder.is_dir()}
+    assert named == aliases
