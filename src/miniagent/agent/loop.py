@@ -174,7 +174,8 @@ class GrammarTutor:
         self.stats.prompt_tokens += reply.prompt_tokens
         self.stats.completion_tokens += reply.completion_tokens
         self.stats.scoring_tokens += reply.scoring_tokens
-        self.trace.emit("model_action", turn=self.stats.turns + 1, text=reply.text, finish_reason=reply.finish_reason,
+        self.trace.emit("model_action", turn=None if final else self.stats.turns + 1, final=final,
+                        text=reply.text, finish_reason=reply.finish_reason,
                         prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
                         scoring_tokens=reply.scoring_tokens, latency_s=round(reply.latency_s, 4))
         return reply

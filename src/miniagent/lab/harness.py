@@ -218,7 +218,8 @@ def describe(event: dict[str, Any], width: int = 90) -> str:
     """One short human line per trace event, for the scratchpad tail."""
     kind = event.get("event", "?")
     if kind == "model_action":
-        text = f"turn {event.get('turn')} action {event.get('text', '')}"
+        where = "final round" if event.get("final") else f"turn {event.get('turn')}"
+        text = f"{where} action {event.get('text', '')}"
     elif kind == "tool_call":
         args = ", ".join(f"{k}={v}" for k, v in (event.get("args") or {}).items())
         text = f"call {event.get('tool')}({args})" + (" [forced]" if event.get("forced") else "")
