@@ -199,10 +199,13 @@ INSTRUCTIONS = "Conjugates English verbs. Call list_tenses to see the valid tens
 
 
 def server_version() -> str:
-    """serverInfo.version: the installed miniagent package's version."""
-    from importlib.metadata import version
+    """serverInfo.version: the installed miniagent package's version ("unknown" if it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return version("miniagent")
+    try:
+        return version("miniagent")
+    except PackageNotFoundError:  # run from a source tree that was never pip-installed
+        return "unknown"
 
 
 def _check_arguments(tool: str, arguments: dict[str, Any], schema: dict[str, Any]) -> None:
