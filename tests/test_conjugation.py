@@ -1,4 +1,4 @@
-"""Conjugation engine: expected forms, spelling rules, input validation, data table."""
+"""Conjugation engine: expected forms, input validation, the irregular verbs and the data files."""
 
 from __future__ import annotations
 
@@ -177,9 +177,23 @@ EXPECTED = [
     ("work", "future continuous", "we", "will be working"),
     ("work", "future perfect", "you", "will have worked"),
     ("work", "future perfect continuous", "they", "will have been working"),
-    # --- hyphenated verbs inflect their last part ---
+    # --- hyphenated verbs: the lexicon's own entry, else the last part inflects ---
     ("dry-clean", "present simple", "she", "dry-cleans"),
+    ("spoon-feed", "past simple", "they", "spoon-fed"),
     ("re-read", "past simple", "I", "re-read"),
+    ("high-light", "past simple", "I", "high-lighted"),
+    # --- phrasal verbs: the first word inflects, the particles stay ---
+    ("give up", "present perfect", "she", "has given up"),
+    ("give-up", "present perfect", "she", "has given up"),
+    ("look after", "present simple", "he", "looks after"),
+    ("put up with", "past continuous", "I", "was putting up with"),
+    ("be over", "present simple", "it", "is over"),
+    ("be over", "past simple", "they", "were over"),
+    # --- verbs the lexicon lacks: a prefix plus a known verb, or extra_verbs.tsv ---
+    ("mishear", "past simple", "I", "misheard"),
+    ("oversupply", "present simple", "it", "oversupplies"),
+    ("text", "past simple", "she", "texted"),
+    ("dare", "present perfect", "he", "has dared"),
 ]
 
 
@@ -322,7 +336,12 @@ def test_non_string_arguments_are_rejected(bad):
     ("raw", "expected"),
     [("go", "go"), ("  Go ", "go"), ("to go", "go"), ("To  Be", "be"), ("dry-clean", "dry-clean"),
      ("fly", "fly"), ("apply", "apply"), ("rely", "rely"), ("reply", "reply"), ("supply", "supply"),
-     ("bully", "bully"), ("rally", "rally"), ("multiply", "multiply")],
+     ("bully", "bully"), ("rally", "rally"), ("multiply", "multiply"),
+     # real verbs the old stoplists refused: a pronoun, an -ly word, a preposition
+     ("mine", "mine"), ("belly", "belly"), ("dolly", "dolly"), ("over", "over"),
+     # phrasal verbs, spaced or hyphenated; a word the lexicon lacks but a prefix explains
+     ("give up", "give up"), ("Give  Up", "give up"), ("give-up", "give up"), ("to look after", "look after"),
+     ("put up with", "put up with"), ("mishear", "mishear"), ("text", "text"), ("dare", "dare")],
 )
 def test_validate_verb_accepts(raw, expected):
     assert validate_verb(raw) == expected
@@ -349,7 +368,22 @@ def test_validate_verb_accepts(raw, expected):
         ("is", "'be'"),
         ("has", "'have'"),
         ("should", "modal"),
+        ("would", "modal"),
+        ("can", "modal"),
+        ("must", "modal"),
         ("to", "preposition"),
+        ("went", "'went' is the past of 'go'"),
+        ("goes", "'goes' is the he/she/it form of 'go'"),
+        ("given", "the past participle of 'give'"),
+        ("made", "the past and the past participle of 'make'"),
+        ("lying", "the -ing form of 'lie'"),
+        ("lain", "the past participle of 'lie'"),
+        ("am", "a present form of 'be'"),
+        ("gave up", "give the base form 'give up'"),
+        ("asdfgh", "not an English verb"),
+        ("happy", "adjective"),
+        ("beware", "no full conjugation"),
+        ("give home", "single word"),
     ],
 )
 def test_validate_verb_rejects(bad, hint):
@@ -394,18 +428,23 @@ def test_irregular_verbs_returns_a_copy():
     assert conjugate("go", "past simple", "I") == "went"
 
 
-def test_every_tsv_row_is_well_formed():
+@pytest.mark.parametrize(
+    ("name", "header"),
+    [("chosen_forms.tsv", ["verb", "stem", "form", "why"]), ("extra_verbs.tsv", ["verb", "why"])],
+)
+def test_every_data_row_is_well_formed(name, header):
     data_dir = resources.files("miniagent.tools").joinpath("data")
-    text = data_dir.joinpath("irregular_verbs.tsv").read_text("utf-8")
-    lines = text.splitlines()
-    assert lines[0] == "base\tpast\tpast_participle"
+    lines = data_dir.joinpath(name).read_text("utf-8").splitlines()
+    assert lines[0].split("\t") == header
     seen = set()
     for lineno, line in enumerate(lines[1:], start=2):
         fields = line.split("\t")
-        assert len(fields) == 3, f"line {lineno}: {line!r}"
-        for field in fields:
-            assert re.fullmatch(r"[a-z]+", field), f"line {lineno}: {field!r}"
-        assert fields[0] not in seen, f"line {lineno}: duplicate {fields[0]!r}"
-        seen.add(fields[0])
-        assert validate_verb(fields[0]) == fields[0]  # no table verb trips the stoplists
-    assert len(seen) == len(irregular_verbs())
+        assert len(fields) == len(header), f"line {lineno}: {line!r}"
+        key = tuple(fields[:-1])
+        assert key not in seen, f"line {lineno}: repeated {key}"
+        seen.add(key)
+        assert re.fullmatch(r"[a-z]+(-[a-z]+)*", fields[0]), f"line {lineno}: {fields[0]!r}"
+        assert len(fields[-1].split()) >= 3, f"line {lineno}: give the reason in words"
+        if name == "chosen_forms.tsv":
+            assert fields[1] in ("third", "past", "participle", "ing"), f"line {lineno}: {fields[1]!r}"
+            assert re.fullmatch(r"[a-z]+(-[a-z]+)*", fields[2]), f"line {lineno}: {fields[2]!r}"

@@ -289,3 +289,50 @@ def test_server_killed_during_a_call_is_server_failed():
             c.call("conjugate", SEE)
         assert time.monotonic() - started < 2
     assert wait_gone(pid, within=0.5)
+
+
+# -- arguments the connection cannot carry, and a session broken on the client's side --
+
+SURROGATE = {"verb": "go\ud800", "tense": "past simple", "person": "she"}  # valid JSON, not valid UTF-8
+
+
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (SURROGATE, "unpaired UTF-16 surrogate"),
+        ({**GO, "person": "\udfff"}, "unpaired UTF-16 surrogate"),
+        ({**GO, "verb": object()}, "not a JSON value"),
+        ({**GO, "verb": float("nan")}, "not a JSON value"),
+        ({"verb\ud800": "go"}, "argument name"),
+        ({1: "go"}, "argument name"),
+    ],
+    ids=["surrogate", "lone low surrogate", "object", "NaN", "surrogate in a name", "int name"],
+)
+def test_arguments_that_cannot_be_sent_are_a_tool_error_and_the_session_lives_on(client, args, why):
+    pid = client.server_pid
+    with pytest.raises(ToolError, match=why):
+        client.call("conjugate", args)
+    assert client.call("conjugate", GO) == "they went"
+    assert client.server_pid == pid  # the same server: nothing broke, nothing restarted
+
+
+def test_a_session_broken_on_the_client_side_gets_a_new_server_and_leaves_no_orphan():
+    from miniagent.tools.mcp_client import MAX_RESTARTS
+
+    def send_unchecked(c):  # what call() did before it checked its arguments
+        c._submit(lambda session: session.call_tool("conjugate", SURROGATE), "conjugate", None)
+
+    with MCPClient(timeout=10) as c:
+        pids = [c.server_pid]
+        for restart in range(1, MAX_RESTARTS + 1):
+            with pytest.raises(ServerFailed, match="client's side"):
+                send_unchecked(c)
+            assert c.call("conjugate", GO) == "they went"  # answered by a new server
+            assert c.restarts == restart and c.server_pid not in pids
+            assert wait_gone(pids[-1], within=1.0)  # the broken one is gone, not orphaned
+            pids.append(c.server_pid)
+        with pytest.raises(ServerFailed, match="no restart is left"):
+            send_unchecked(c)
+        with pytest.raises(ServerFailed, match="giving up"):
+            c.call("conjugate", GO)
+    assert all(wait_gone(pid, within=1.0) for pid in pids)

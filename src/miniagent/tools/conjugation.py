@@ -1,21 +1,42 @@
-"""English verb conjugation: 12 tenses x 6 persons, pure standard library.
+"""English verb conjugation: 12 tenses x 6 persons, on the forms of a verb lexicon.
 
 The tutor's tool calls land here, so every input is treated as untrusted:
 tense, person and verb are validated and normalised first, and every error is
 a ``ConjugationError`` whose message tells the caller (often a small model)
 what *would* have been accepted, so it can correct itself on the next turn.
 
-Every tense is built from five stems -- base, 3rd-person -s, past, past
-participle, -ing -- plus auxiliaries.  Irregular pasts come from a data table
-(``data/irregular_verbs.tsv``); everything else follows spelling rules, using
-American-English conventions (traveled, canceled, learned, gotten).
+Every tense is built from five stems -- base, he/she/it form, past, past
+participle, -ing form -- plus auxiliaries.  The stems come from lemminflect's
+verb lexicon (about 6,700 verbs, shipped with the package, read offline); no
+suffix rule is written here.  On top of the lexicon the engine decides four
+things, each one tested:
+
+* spelled like the input: of the spellings the lexicon lists, the first one
+  written like the verb given, hyphens and first letter included (re-read ->
+  re-read, overeat -> overate, jell -> jelled);
+* a regular verb has one past form: when the lexicon's first past is a
+  regular -ed form and its participle is also one of its pasts, the
+  participle is that first past (spelled, has spelled: not "has spelt");
+* ``data/chosen_forms.tsv``: the few forms where the lexicon's first choice is
+  a typo or not the form a learner expects (lain, lit, programmed), each with
+  its reason;
+* verbs the lexicon lacks: ``data/extra_verbs.tsv`` (text, dare), inflected by
+  lemminflect's rules for unknown words, and prefixed verbs (mishear,
+  oversupply), which inflect like the verb after the prefix.
+
+Phrasal verbs inflect their first word and keep the particles (give up ->
+has given up); hyphenated verbs the lexicon lacks inflect their last part
+(dry-clean -> dry-cleaned).  A word that is not a verb's base form gets an
+error that says what it is instead: "'went' is the past of 'go'".
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import threading
 from importlib import resources
+from types import ModuleType
 
 from ..agent.grammar import PERSONS, PRONOUNS, TENSES
 
@@ -30,6 +51,7 @@ __all__ = [
     "conjugate",
     "subject_for",
     "irregular_verbs",
+    "preload",
 ]
 
 # The pronoun printed for a canonical label (he stands in for he/she/it).
@@ -47,9 +69,6 @@ MAX_VERB_LEN = 30
 # argument costs O(1) instead of being stripped, lowercased and regex-matched.
 _MAX_RAW_LEN = 64
 
-_DATA_FILE = "irregular_verbs.tsv"
-_TSV_HEADER = ("base", "past", "past_participle")
-
 
 class ConjugationError(ValueError):
     """Bad verb, tense or person. The message says what is accepted instead."""
@@ -59,41 +78,6 @@ def _show(value: str, limit: int = 40) -> str:
     """Quote user input for an error message without echoing a 10 KB blob."""
     text = value if len(value) <= limit else value[:limit] + "..."
     return repr(text)
-
-
-# --------------------------------------------------------------------------
-# Irregular verb table
-# --------------------------------------------------------------------------
-
-
-@functools.cache
-def _irregulars() -> dict[str, tuple[str, str]]:
-    """Parse the TSV once; a malformed row is a packaging bug, so fail loudly."""
-    # importlib.resources, not __file__: works from a wheel or a zip as well.
-    data_dir = resources.files("miniagent.tools").joinpath("data")
-    text = data_dir.joinpath(_DATA_FILE).read_text("utf-8")
-    lines = text.splitlines()
-    if not lines or tuple(lines[0].split("\t")) != _TSV_HEADER:
-        raise RuntimeError(f"{_DATA_FILE}: header must be {chr(9).join(_TSV_HEADER)!r}")
-    table: dict[str, tuple[str, str]] = {}
-    for lineno, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        if len(fields) != 3 or not all(f and f == f.strip() for f in fields):
-            raise RuntimeError(
-                f"{_DATA_FILE}:{lineno}: expected 3 tab-separated forms, got {line!r}"
-            )
-        base, past, participle = fields
-        if base in table:
-            raise RuntimeError(f"{_DATA_FILE}:{lineno}: duplicate verb {base!r}")
-        table[base] = (past, participle)
-    return table
-
-
-def irregular_verbs() -> dict[str, tuple[str, str]]:
-    """base -> (past simple, past participle). A copy: callers can't corrupt the cache."""
-    return dict(_irregulars())
 
 
 # --------------------------------------------------------------------------
@@ -167,14 +151,180 @@ def subject_for(person: str) -> str:
 
 
 # --------------------------------------------------------------------------
+# The lexicon (lemminflect) and the engine's own decisions on top of it
+# --------------------------------------------------------------------------
+
+# The engine's stem names and the Penn Treebank tags lemminflect files them under.
+_TAGS = {"third": "VBZ", "past": "VBD", "participle": "VBN", "ing": "VBG"}
+_STEMS = tuple(_TAGS)
+_LOAD_LOCK = threading.Lock()
+
+
+@functools.cache
+def _library() -> ModuleType:
+    """lemminflect with its inflection table loaded (once, even from two threads).
+
+    Imported here, not at the top: ``import miniagent.tools.conjugation`` stays
+    cheap for code that only needs TENSES or normalize_tense.  The server loads
+    the table before it serves (see :func:`preload`), so no tool call waits for it.
+    """
+    with _LOAD_LOCK:
+        import lemminflect
+
+        lemminflect.getInflection("be", "VBD")  # the first lookup reads the table
+    return lemminflect
+
+
+def preload() -> None:
+    """Load the lexicon now, so the first conjugation does not wait for it."""
+    _library()
+
+
+def _tsv(name: str, header: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Rows of a data file; a malformed row is a packaging bug, so fail loudly."""
+    # importlib.resources, not __file__: works from a wheel or a zip as well.
+    text = resources.files("miniagent.tools").joinpath("data", name).read_text("utf-8")
+    lines = text.splitlines()
+    if not lines or tuple(lines[0].split("\t")) != header:
+        raise RuntimeError(f"{name}: header must be {chr(9).join(header)!r}")
+    rows = []
+    for lineno, line in enumerate(lines[1:], start=2):
+        fields = tuple(line.split("\t"))
+        if len(fields) != len(header) or not all(f and f == f.strip() for f in fields):
+            raise RuntimeError(f"{name}:{lineno}: expected {len(header)} tab-separated fields, got {line!r}")
+        rows.append(fields)
+    return rows
+
+
+@functools.cache
+def _chosen_forms() -> dict[str, dict[str, str]]:
+    """verb -> {stem: form} from data/chosen_forms.tsv."""
+    chosen: dict[str, dict[str, str]] = {}
+    for verb, stem, form, _why in _tsv("chosen_forms.tsv", ("verb", "stem", "form", "why")):
+        if stem not in _TAGS or stem in chosen.get(verb, {}):
+            raise RuntimeError(f"chosen_forms.tsv: bad or repeated stem {stem!r} for {verb!r}")
+        chosen.setdefault(verb, {})[stem] = form
+    return chosen
+
+
+@functools.cache
+def _extra_verbs() -> frozenset[str]:
+    return frozenset(verb for verb, _why in _tsv("extra_verbs.tsv", ("verb", "why")))
+
+
+def _shape(word: str) -> str:
+    """The non-letters of a word, in order: '-' for re-read, '' for reread."""
+    return "".join(c for c in word if not c.isalpha())
+
+
+def _pick(spellings: tuple[str, ...], like: str) -> str:
+    """The first spelling written like the input: same hyphens, spaces and apostrophes,
+    then same first letter (jell -> jelled, not the lexicon's first, gelled)."""
+    shape = _shape(like)
+    return min(spellings, key=lambda s: (_shape(s) != shape, s[:1] != like[:1], spellings.index(s)))
+
+
+def _regular_pasts(word: str) -> set[str]:
+    """What -ed would make of ``word`` by lemminflect's rules: baked, studied, stopped."""
+    from lemminflect.core.InflectionRules import InflectionRules
+
+    return {InflectionRules.buildRegVerb(word)[1], InflectionRules.buildDoubledVerb(word)[1]}
+
+
+@functools.lru_cache(maxsize=4096)
+def _lexicon_stems(word: str) -> dict[str, str] | None:
+    """The four stems of a verb the lexicon (or extra_verbs.tsv) knows in full, else None."""
+    lib = _library()
+    if word in _extra_verbs():
+        oov = lib.getAllInflectionsOOV(word, "VERB")  # lemminflect's rules for unknown words
+        spellings = {stem: oov.get(tag, ()) for stem, tag in _TAGS.items()}
+    else:
+        spellings = {stem: lib.getInflection(word, tag, inflect_oov=False) for stem, tag in _TAGS.items()}
+    if not all(spellings.values()):
+        return None  # not a verb, or one with no full conjugation (modals, beware)
+    stems = {stem: _pick(found, word) for stem, found in spellings.items()}
+    # A regular verb has one past form, so its participle is its past (spelled,
+    # has spelled); irregular ones keep their own participle (showed, has shown).
+    if stems["past"] in _regular_pasts(word) and stems["participle"] in spellings["past"]:
+        stems["participle"] = stems["past"]
+    stems.update(_chosen_forms().get(word, {}))
+    return stems
+
+
+# Words that may follow a verb to make a phrasal verb: give up, look after, put up with.
+_PARTICLES = frozenset(
+    "about across after ahead along apart around aside away back behind by down for forth "
+    "forward in into off on onto out over past round through to together under up upon with "
+    "without".split()
+)
+# Prefixes that make new verbs from old ones; a word the lexicon lacks that is
+# one of these plus a known verb inflects like that verb: mishear -> misheard.
+_PREFIXES = ("counter", "under", "over", "fore", "out", "mis", "dis", "pre", "re", "un", "co", "de")
+
+
+@functools.lru_cache(maxsize=4096)
+def _stems(word: str) -> dict[str, str] | None:
+    """Stems of one word (letters and hyphens), or None when it is not a verb the engine knows."""
+    found = _lexicon_stems(word)
+    if found:
+        return found
+    if "-" not in word:  # mishear = mis + hear
+        for prefix in _PREFIXES:
+            rest = word[len(prefix):]
+            if word.startswith(prefix) and len(rest) >= 3 and (inner := _lexicon_stems(rest)):
+                return {stem: prefix + form for stem, form in inner.items()}
+        return None
+    # Hyphenated and not in the lexicon.  The joined word first: co-operate -> co-operated.
+    joined = _lexicon_stems(word.replace("-", ""))
+    if joined:
+        return {stem: _rehyphenate(form, word) for stem, form in joined.items()}
+    # Then the last part: dry-clean -> dry-cleaned.
+    head, _, last = word.rpartition("-")
+    inner = _lexicon_stems(last)
+    return {stem: f"{head}-{form}" for stem, form in inner.items()} if inner else None
+
+
+def _rehyphenate(form: str, like: str) -> str:
+    """Put the input's hyphens back into a form of the joined word, if the letters before each still match."""
+    for i, char in enumerate(like):
+        if char == "-":
+            if form[:i] != like[:i]:
+                return form
+            form = form[:i] + "-" + form[i:]
+    return form
+
+
+def irregular_verbs() -> dict[str, tuple[str, str]]:
+    """base -> (past simple, past participle) for every verb of the lexicon that is irregular.
+
+    Irregular: the past or the participle is not what -ed makes of the base
+    (baked, studied, stopped).  A new dict on every call.
+    """
+    from lemminflect.core.Inflections import Inflections  # the lexicon's word list has no public API
+
+    _library()
+    table = {}
+    for word, tags in sorted(Inflections()._getInflDict().items()):
+        if "VBD" not in tags or not re.fullmatch(r"[a-z]+(?:-[a-z]+)*", word):
+            continue
+        stems = _stems(word)
+        if stems and not {stems["past"], stems["participle"]} <= _regular_pasts(word):
+            table[word] = (stems["past"], stems["participle"])
+    return table
+
+
+# --------------------------------------------------------------------------
 # Verb validation
 # --------------------------------------------------------------------------
 
-_WORD_RE = re.compile(r"[a-z]+(?:-[a-z]+)*")  # only ever run on <= 30 chars
+_WORD_RE = re.compile(r"[a-z]+(?:-[a-z]+)*(?: [a-z]+)*")  # only ever run on <= 30 chars
+
+# Modals have no -ing form or participle, so they can't fill 12 tenses.  Checked
+# before the lexicon, which also lists 'can' (put in cans) and 'will' (bequeath).
+_MODALS = frozenset("can could may might must shall should will would ought".split())
 
 # Closed-class words that are never verbs, with the reason shown to the user.
-# Words that double as verbs (up, down, out, near, still, while, even) are
-# deliberately absent: rejecting a real verb is worse than accepting a stray.
+# Checked after the lexicon: a word it knows as a verb (mine, up, still) is one.
 _NOT_VERBS: dict[str, str] = {}
 for _kind, _list in {
     "an article": "a an the",
@@ -195,154 +345,90 @@ for _kind, _list in {
         "much few several another such no"
     ),
     "an adverb": "not very too also here there when where why how then now never always often",
-    # Modals have no -ing form or participle, so they can't fill 12 tenses.
-    "a modal verb, which has no full conjugation": (
-        "can could may might must shall should will would ought"
-    ),
 }.items():
     for _w in _list.split():
         _NOT_VERBS[_w] = _kind
 del _kind, _list, _w
 
-# Inflected forms of the auxiliaries: point the user at the base form.
-_AUX_FORMS = {
-    "am": "be", "is": "be", "are": "be", "was": "be", "were": "be", "been": "be", "being": "be",
-    "has": "have", "had": "have", "having": "have",
-    "does": "do", "did": "do", "done": "do", "doing": "do",
+# How an error names a form, by its lemminflect tag.
+_FORM_NAMES = {
+    "VBD": "the past",
+    "VBN": "the past participle",
+    "VBG": "the -ing form",
+    "VBZ": "the he/she/it form",
+    "VBP": "a present form",
 }
+_POS_NAMES = {"NOUN": "a noun", "PROPN": "a name", "ADJ": "an adjective", "ADV": "an adverb"}
 
-# Real verbs ending in -ly; any other -ly word (quickly, only, early) is
-# taken to be an adverb or adjective.
-_LY_VERBS = frozenset(
-    "fly ply apply reapply misapply rely reply supply resupply oversupply ally "
-    "bully rally tally dally sally sully multiply comply imply jolly".split()
-)
+
+def _what_it_is(word: str, particles: str = "") -> str:
+    """Why ``word`` is not a verb's base form, as the error message's text."""
+    if word in _NOT_VERBS:
+        return f"{word!r} is not a verb (it is {_NOT_VERBS[word]})."
+    lib = _library()
+    lemmas = lib.getAllLemmas(word)  # loads the lemma table: only ever on this error path
+    found = []
+    for lemma in dict.fromkeys(lemmas.get("VERB", ()) + lemmas.get("AUX", ())):
+        if lemma == word:
+            continue
+        ours = _stems(lemma) or {}
+        tags = [tag for tag, spellings in lib.getAllInflections(lemma, "VERB").items()
+                if word in spellings and tag in _FORM_NAMES]
+        tags += [_TAGS[stem] for stem, form in ours.items() if form == word and _TAGS[stem] not in tags]
+        names = [_FORM_NAMES[t] for t in _FORM_NAMES if t in tags] or ["a form"]
+        found.append((" and ".join(names), lemma))
+    if found:
+        what = " or ".join(f"{names} of {lemma!r}" for names, lemma in found)
+        bases = " or ".join(repr(lemma + particles) for _names, lemma in found)
+        return f"{word!r} is {what}; give the base form {bases}."
+    if word in lemmas.get("VERB", ()):
+        return f"{word!r} has no past or -ing forms, so it has no full conjugation."
+    kinds = [_POS_NAMES[pos] for pos in _POS_NAMES if pos in lemmas]
+    if kinds:
+        return f"{word!r} is not a verb (it is {' or '.join(kinds)})."
+    return f"{word!r} is not an English verb (it is not in the verb lexicon)."
+
+
+def _check_word(word: str, particles: str = "") -> None:
+    """Raise unless ``word`` (one word, letters and hyphens) is a verb's base form."""
+    if word in _MODALS:
+        raise ConjugationError(f"{word!r} is not a verb (it is a modal verb, which has no full conjugation).")
+    if _stems(word) is None:
+        raise ConjugationError(_what_it_is(word, particles))
 
 
 def validate_verb(verb: str) -> str:
-    """Return the clean lowercase base form, or raise ConjugationError."""
+    """Return the clean lowercase base form, or raise ConjugationError.
+
+    One verb ("go", "dry-clean") or a phrasal verb ("give up", "give-up"),
+    returned as the engine conjugates it ("give up").
+    """
     if not isinstance(verb, str):
         raise ConjugationError(f"The verb must be text, not {type(verb).__name__}.")
     too_long = f"The verb is too long (max {MAX_VERB_LEN} letters); give one word like 'go'."
     if len(verb) > _MAX_RAW_LEN:
         raise ConjugationError(too_long)
-    word = verb.strip().lower()
-    word = re.sub(r"^to\s+", "", word)  # "to go" -> "go"
+    word = " ".join(verb.lower().split())
+    word = re.sub(r"^to ", "", word)  # "to go" -> "go"
     if not word:
         raise ConjugationError("The verb is empty; give one word like 'go'.")
     if len(word) > MAX_VERB_LEN:
         raise ConjugationError(too_long)
+    not_one_verb = (
+        f"{_show(verb.strip())} is not a single word; give one verb in letters only, like 'go', "
+        "or a phrasal verb, like 'give up'."
+    )
     if not _WORD_RE.fullmatch(word):
-        raise ConjugationError(
-            f"{_show(verb.strip())} is not a single word; give one verb in letters only, like 'go'."
-        )
-    if word in _NOT_VERBS:
-        raise ConjugationError(f"{word!r} is not a verb (it is {_NOT_VERBS[word]}).")
-    if word in _AUX_FORMS:
-        base = _AUX_FORMS[word]
-        raise ConjugationError(f"{word!r} is a form of {base!r}; give the base form {base!r}.")
-    if word.endswith("ly") and word.rsplit("-", 1)[-1] not in _LY_VERBS:
-        raise ConjugationError(f"{word!r} looks like an adverb or adjective, not a verb.")
-    return word
-
-
-# --------------------------------------------------------------------------
-# Spelling rules
-# --------------------------------------------------------------------------
-
-_VOWELS = "aeiou"
-
-# Multi-syllable verbs stressed on the last syllable double their final
-# consonant (preferred, admitted).  Stress can't be read from spelling, so
-# this is a list; everything else multi-syllable stays single (visited).
-_DOUBLE_FINAL = frozenset(
-    """
-    abet abhor acquit admit allot annul beget begin beset catnap commit compel
-    concur confer control defer demur deter dispel embed emit equip excel expel
-    extol forbid forget format handicap impel incur infer input kidnap occur
-    offset omit outbid outfit outrun outstrip outwit overlap overrun overstep
-    permit prefer preset program propel rebel rebut recap recur refer refit
-    regret remit repel rerun reset sidestep sublet submit transfer transmit
-    undercut unpin unplug unwrap unzip upset zigzag
-    """.split()
-)
-
-
-def _vowel_groups(word: str) -> int:
-    """Rough syllable count: runs of vowels ('u' after 'q' is a consonant sound)."""
-    letters = word.replace("qu", "qw")
-    if letters.startswith("y"):  # initial y is a consonant: yap, yell
-        letters = letters[1:]
-    return len(re.findall(r"[aeiouy]+", letters))
-
-
-def _doubles_final(word: str) -> bool:
-    """Does the final consonant double before -ed/-ing (stop -> stopped)?"""
-    if word in _DOUBLE_FINAL:
-        return True
-    # One-syllable consonant-vowel-consonant ending, except w/x/y which never
-    # double (snowed, fixed, played).  "qu" counts as a consonant (quit -> quitting).
-    letters = word.replace("qu", "qw")
-    if len(letters) < 2 or letters[-1] in _VOWELS + "wxy" or letters[-2] not in _VOWELS:
-        return False
-    if len(letters) >= 3 and letters[-3] in _VOWELS:  # two vowels: rain -> rained
-        return False
-    return _vowel_groups(word) == 1
-
-
-def _split_compound(verb: str) -> tuple[str, str]:
-    """Hyphenated verbs inflect their last part: dry-clean -> dry- + clean."""
-    head, sep, last = verb.rpartition("-")
-    return head + sep, last
-
-
-def _third_person(word: str) -> str:
-    """he/she/it form of a non-auxiliary verb: plays, studies, watches, goes."""
-    if word.endswith("z") and _doubles_final(word):
-        return word + "zes"  # quiz -> quizzes
-    if word.endswith(("s", "x", "z", "ch", "sh")):
-        return word + "es"
-    if word.endswith("y") and len(word) > 1 and word[-2] not in _VOWELS:
-        return word[:-1] + "ies"
-    if word.endswith("o") and len(word) > 1 and word[-2] not in _VOWELS:
-        return word + "es"  # go -> goes, do -> does, echo -> echoes
-    return word + "s"
-
-
-def _regular_past(word: str) -> str:
-    """-ed form of a regular verb: baked, studied, stopped, panicked, played."""
-    if word.endswith("e"):
-        return word + "d"
-    if word.endswith("y") and len(word) > 1 and word[-2] not in _VOWELS:
-        return word[:-1] + "ied"
-    if re.search(r"[aeiou]c$", word):
-        return word + "ked"  # keep the /k/ sound: panicked, not paniced
-    if _doubles_final(word):
-        return word + word[-1] + "ed"
-    return word + "ed"
-
-
-_ING_EXCEPTIONS = {
-    "be": "being",  # not "bing"
-    "singe": "singeing",  # keeps it apart from singing
-}
-
-
-def _present_participle(word: str) -> str:
-    """-ing form: making, lying, seeing, dyeing, stopping, panicking, studying."""
-    if word in _ING_EXCEPTIONS:
-        return _ING_EXCEPTIONS[word]
-    if word.endswith("ie"):
-        return word[:-2] + "ying"
-    if word.endswith(("ee", "ye", "oe")):
-        return word + "ing"  # this e is part of the vowel sound: agreeing, dyeing, hoeing
-    if word.endswith("e"):
-        return word[:-1] + "ing"
-    if re.search(r"[aeiou]c$", word):
-        return word + "king"
-    if _doubles_final(word):
-        return word + word[-1] + "ing"
-    return word + "ing"
+        raise ConjugationError(not_one_verb)
+    first, *rest = word.split(" ")
+    head, *parts = first.split("-")
+    if not rest and parts and all(p in _PARTICLES for p in parts) and _stems(head):
+        # give-up, log-in: a verb and its particles, hyphenated; conjugated as "give up"
+        first, rest = head, parts
+    if any(p not in _PARTICLES for p in rest):
+        raise ConjugationError(not_one_verb)
+    _check_word(first, "".join(" " + p for p in rest))
+    return " ".join([first, *rest])
 
 
 # --------------------------------------------------------------------------
@@ -354,17 +440,12 @@ _BE_PAST_SINGULAR = {"1st singular", "3rd singular"}  # was; every other person:
 
 
 def _forms(verb: str) -> dict[str, str]:
-    """The stems every tense is built from."""
-    head, last = _split_compound(verb)
-    third = "has" if last == "have" else _third_person(last)
-    past, participle = _irregulars().get(last) or (_regular_past(last),) * 2
-    return {
-        "base": verb,
-        "third": head + third,
-        "past": head + past,
-        "participle": head + participle,
-        "ing": head + _present_participle(last),
-    }
+    """The stems every tense is built from; a phrasal verb keeps its particles after each."""
+    first, _, particles = verb.partition(" ")
+    stems = _stems(first)
+    assert stems is not None, verb  # validate_verb let it through
+    tail = f" {particles}" if particles else ""
+    return {"base": verb, **{stem: form + tail for stem, form in stems.items()}}
 
 
 def _be(person: str, past: bool) -> str:
@@ -388,13 +469,15 @@ def conjugate(verb: str, tense: str, person: str) -> str:
     person = normalize_person(person)
     f = _forms(base)
     ing, participle = f["ing"], f["participle"]
+    first, _, particles = base.partition(" ")
 
-    if tense == "present simple":
-        if base == "be":
-            return _be(person, past=False)
+    if tense in ("present simple", "past simple"):
+        past = tense == "past simple"
+        if first == "be":  # be over -> they were over
+            return " ".join(filter(None, [_be(person, past), particles]))
+        if past:
+            return f["past"]
         return f["third"] if person == "3rd singular" else base
-    if tense == "past simple":
-        return _be(person, past=True) if base == "be" else f["past"]
 
     phrases = {
         "present continuous": f"{_be(person, past=False)} {ing}",

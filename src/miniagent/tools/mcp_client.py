@@ -31,6 +31,17 @@ Failures map onto :mod:`miniagent.agent.errors`: an ``isError`` tool result is a
 recoverable), and a dead process or a broken connection is
 :class:`ServerFailed` (terminal).
 
+Arguments are checked before anything is sent: they must be JSON values whose
+text is valid Unicode.  An unpaired UTF-16 surrogate (``"go\ud800"``) passes
+Python's ``str`` but cannot be encoded as UTF-8; sent as is, it makes the SDK's
+writer task fail, which ends the whole session.  Refused up front, it is a
+``ToolError`` and the session is untouched.  Should the session still end on the
+client's side (its loop ending with an error while the server had not died),
+the next call stops what is left of that server and starts a new one, at most
+:data:`MAX_RESTARTS` times per client; the call that met the break, and any
+call after the last restart, get ``ServerFailed``.  A server that dies is
+never restarted: that stays a ``ServerFailed`` on every later call.
+
 Imports of the SDK happen in :meth:`MCPClient.start`, so importing this module
 (for instance just for :func:`install_sigterm_handler`) is cheap.
 """
@@ -40,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import json
 import os
 import signal
 import sys
@@ -47,6 +59,7 @@ import threading
 import time
 import uuid
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TextIO
@@ -71,6 +84,8 @@ EXIT_GRACE = 0.5
 KILL_GRACE = 1.0
 # How long close() waits for the SDK to notice the death and unwind.
 UNWIND_TIMEOUT = 3.0
+# Sessions that broke on the client's side and were replaced by a new server.
+MAX_RESTARTS = 2
 _POLL = 0.01
 
 # Every client not yet closed, so interpreter exit closes the forgotten ones.
@@ -171,9 +186,60 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+def _unsendable(value: Any) -> str | None:
+    """Why ``value`` cannot go to the server as JSON text, or None if it can."""
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end]
+        return f"it holds an unpaired UTF-16 surrogate ({bad.encode('unicode_escape').decode()}), which is not text"
+    except (TypeError, ValueError) as exc:
+        return f"it is not a JSON value ({exc})"
+    return None
+
+
+def check_arguments(tool: Any, args: Any) -> None:
+    """Refuse, before sending, a call the connection could not carry: a ToolError, nothing sent."""
+    if not isinstance(tool, str) or _unsendable(tool):
+        raise ToolError(f"the tool name must be plain text, not {type(tool).__name__} {_short_repr(tool)}")
+    if not isinstance(args, dict):
+        raise ToolError(f"{tool}: the arguments must be an object (a dict), not {type(args).__name__}")
+    for key, value in args.items():
+        if not isinstance(key, str) or _unsendable(key):
+            raise ToolError(f"{tool}: argument name {_short_repr(key)} is not plain text; nothing was sent")
+        why = _unsendable(value)
+        if why:
+            raise ToolError(f"{tool}: argument {key!r} cannot be sent: {why}; nothing was sent")
+
+
+def _short_repr(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 # --------------------------------------------------------------------------
 # The client
 # --------------------------------------------------------------------------
+
+
+@dataclass
+class _Connection:
+    """One server process and the session to it; a restart makes a new one.
+
+    The loop thread writes only to its own connection, so a thread that is
+    slow to unwind can never disturb the one that replaced it.
+    """
+
+    token: str
+    thread: threading.Thread | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    stop_event: asyncio.Event | None = None
+    session: ClientSession | None = None
+    proc: psutil.Process | None = None
+    # Set once a call went unanswered: close() then skips the EOF grace.
+    unanswered: bool = False
+    # Why the session loop ended, when it ended with an error after startup.
+    failure: BaseException | None = None
 
 
 class MCPClient:
@@ -200,19 +266,12 @@ class MCPClient:
         self.timeout = timeout
         self.python = python
         self.env = dict(env or {})
-        self._token = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._started = False
         self._close_started = False
         self._closing = threading.Event()  # read by the loop thread during startup
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop_event: asyncio.Event | None = None
-        self._session: ClientSession | None = None
-        self._proc: psutil.Process | None = None
-        # Set once a call went unanswered: close() then skips the EOF grace.
-        self._unanswered = False
-        self._failure: BaseException | None = None
+        self._conn = _Connection(token=uuid.uuid4().hex)
+        self.restarts = 0
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -226,8 +285,9 @@ class MCPClient:
 
     @property
     def server_pid(self) -> int | None:
-        """Pid of the server process; kept after close() so callers can check it is gone."""
-        return self._proc.pid if self._proc is not None else None
+        """Pid of the (latest) server process; kept after close() so callers can check it is gone."""
+        proc = self._conn.proc
+        return proc.pid if proc is not None else None
 
     def _server_args(self) -> list[str]:
         args = ["-m", SERVER_MODULE]
@@ -245,7 +305,7 @@ class MCPClient:
         inherited = os.environ.get("PYTHONPATH")
         env = {"PYTHONPATH": src + (os.pathsep + inherited if inherited else "")}
         env.update(self.env)
-        env[TOKEN_ENV] = self._token
+        env[TOKEN_ENV] = self._conn.token
         return env
 
     def start(self) -> MCPClient:
@@ -256,15 +316,21 @@ class MCPClient:
             if self._started:
                 return self
             self._started = True
+        _live_clients.add(self)
+        self._connect()
+        return self
+
+    def _connect(self, startup_timeout: float = STARTUP_TIMEOUT) -> None:
+        """Start ``self._conn``'s server and session thread; wait until it is initialized."""
         from mcp.client.stdio import StdioServerParameters
 
+        conn = self._conn
         params = StdioServerParameters(command=self.python, args=self._server_args(), env=self._server_env())
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        _live_clients.add(self)
-        self._thread = threading.Thread(target=self._run_loop, args=(params, ready), name="mcp-client", daemon=True)
-        self._thread.start()
+        conn.thread = threading.Thread(target=self._run_loop, args=(conn, params, ready), name="mcp-client", daemon=True)
+        conn.thread.start()
         try:
-            ready.result(timeout=STARTUP_TIMEOUT)
+            ready.result(timeout=startup_timeout)
         except BaseException as exc:
             # __exit__ is not called when __enter__ fails, so clean up here:
             # this also covers Ctrl-C while the server is starting.
@@ -272,48 +338,47 @@ class MCPClient:
             if not isinstance(exc, Exception):
                 raise
             if isinstance(exc, TimeoutError):
-                raise ServerFailed(f"the MCP server did not start within {STARTUP_TIMEOUT:g} s") from None
+                raise ServerFailed(f"the MCP server did not start within {startup_timeout:g} s") from None
             cause = _root_cause(exc)
             command = " ".join([self.python, *self._server_args()])
             raise ServerFailed(
                 f"could not start the MCP server ({command}): {type(cause).__name__}: {cause} "
                 "(the server's own stderr, if any, is above)"
             ) from exc
-        return self
 
-    def _run_loop(self, params: Any, ready: concurrent.futures.Future[None]) -> None:
-        """Body of the daemon thread: one event loop for the client's whole life."""
+    def _run_loop(self, conn: _Connection, params: Any, ready: concurrent.futures.Future[None]) -> None:
+        """Body of the daemon thread: one event loop for the connection's whole life."""
         try:
-            asyncio.run(self._hold_session(params, ready))
+            asyncio.run(self._hold_session(conn, params, ready))
         except BaseException as exc:  # the thread must not die with a traceback on stderr
             if not ready.done():
                 ready.set_exception(_root_cause(exc))
             else:  # the session broke after startup; later calls report why
-                self._failure = _root_cause(exc)
+                conn.failure = _root_cause(exc)
         finally:
             if not ready.done():
                 ready.set_exception(ServerFailed("the MCP session ended during startup"))
 
-    async def _hold_session(self, params: Any, ready: concurrent.futures.Future[None]) -> None:
+    async def _hold_session(self, conn: _Connection, params: Any, ready: concurrent.futures.Future[None]) -> None:
         """Open transport + session, report ready, then wait until close() says stop."""
         from mcp.client.session import ClientSession
         from mcp.client.stdio import stdio_client
 
         # Event first, loop second: close() reads the loop, then sets the event.
-        self._stop_event = asyncio.Event()
-        self._loop = asyncio.get_running_loop()
+        conn.stop_event = asyncio.Event()
+        conn.loop = asyncio.get_running_loop()
         if self._closing.is_set():  # closed before we even spawned
             return
         async with stdio_client(params, errlog=_errlog()) as (read_stream, write_stream):
-            self._proc = _find_server_process(self._token)
+            conn.proc = _find_server_process(conn.token)
             async with ClientSession(read_stream, write_stream) as session:
                 await session.initialize()
-                self._session = session
+                conn.session = session
                 if not ready.done():
                     ready.set_result(None)
                 # Leaving these `async with` blocks is the SDK's shutdown:
                 # close stdin, wait, then terminate the group.
-                await self._stop_event.wait()
+                await conn.stop_event.wait()
 
     def close(self) -> None:
         """Stop the server and the loop thread; idempotent, bounded (~0.5 s if wedged)."""
@@ -323,11 +388,15 @@ class MCPClient:
             self._close_started = True
         _live_clients.discard(self)
         self._closing.set()
-        thread = self._thread
+        self._disconnect(self._conn)
+
+    def _disconnect(self, conn: _Connection) -> None:
+        """Stop one connection's server and loop thread, bounded; never leaves the process behind."""
+        thread = conn.thread
         if thread is None:
             return
         try:
-            loop, stop_event = self._loop, self._stop_event
+            loop, stop_event = conn.loop, conn.stop_event
             if loop is not None and stop_event is not None:
                 try:
                     loop.call_soon_threadsafe(stop_event.set)
@@ -335,19 +404,37 @@ class MCPClient:
                     pass
             # A healthy server exits on stdin EOF and the thread ends by itself.
             # One that left a call unanswered is presumed wedged: no grace.
-            thread.join(0.0 if self._unanswered else EXIT_GRACE)
+            thread.join(0.0 if conn.unanswered else EXIT_GRACE)
             if thread.is_alive():
-                _stop_process(self._proc)
+                _stop_process(conn.proc)
                 thread.join(UNWIND_TIMEOUT)
         except BaseException:
             # Interrupted while closing (a second Ctrl-C): never leave the server behind.
-            _stop_process(self._proc, grace=0.0)
+            _stop_process(conn.proc, grace=0.0)
             raise
         finally:
             # Last resort, e.g. the pid was found but the SDK's unwind stalled.
-            if _alive(self._proc):
-                _stop_process(self._proc, grace=0.2)
-            self._session = None
+            if _alive(conn.proc):
+                _stop_process(conn.proc, grace=0.2)
+            conn.session = None
+
+    def _reconnect_if_broken(self, limit: float) -> None:
+        """If the session ended on the client's side, replace it: stop what is left, start a new server.
+
+        The new server must be up within ``limit`` seconds, else the client closes (ServerFailed).
+        """
+        conn = self._conn
+        if self._close_started or conn.failure is None:
+            return  # healthy, closed, or a server that died: nothing to restart
+        if self.restarts >= MAX_RESTARTS:
+            raise ServerFailed(
+                f"the MCP session broke again ({type(conn.failure).__name__}) after {self.restarts} "
+                "restarts of the server; giving up"
+            )
+        self._disconnect(conn)
+        self.restarts += 1
+        self._conn = _Connection(token=uuid.uuid4().hex)
+        self._connect(min(limit, STARTUP_TIMEOUT))
 
     # -- requests ----------------------------------------------------------
 
@@ -356,15 +443,19 @@ class MCPClient:
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED
 
-        session, loop, thread = self._session, self._loop, self._thread
-        if self._close_started or session is None or loop is None or thread is None or not thread.is_alive():
-            why = f": the session ended with {self._failure!r}" if self._failure else " (not started, or closed)"
-            raise ServerFailed(f"the MCP client is not connected{why}")
-        if self._proc is not None and not _alive(self._proc):
-            raise ServerFailed(f"the MCP server (pid {self._proc.pid}) is not running")
         limit = self.timeout if timeout is None else timeout
         if limit <= 0:
             raise ToolTimeout(f"{what}: no time left for the call")
+        started = time.monotonic()
+        self._reconnect_if_broken(limit)  # a new server's start-up counts against the call's time
+        limit -= time.monotonic() - started
+        conn = self._conn
+        session, loop, thread, proc = conn.session, conn.loop, conn.thread, conn.proc
+        if self._close_started or session is None or loop is None or thread is None or not thread.is_alive():
+            why = f": the session ended with {conn.failure!r}" if conn.failure else " (not started, or closed)"
+            raise ServerFailed(f"the MCP client is not connected{why}")
+        if proc is not None and not _alive(proc):
+            raise ServerFailed(f"the MCP server (pid {proc.pid}) is not running")
         try:
             future = asyncio.run_coroutine_threadsafe(make(session), loop)
         except RuntimeError as exc:  # the loop has stopped
@@ -375,27 +466,41 @@ class MCPClient:
             # Cancelling the task abandons the request (the SDK sends a
             # courtesy notifications/cancelled); the next call starts clean.
             future.cancel()
-            if self._proc is not None and not _alive(self._proc):
+            if proc is not None and not _alive(proc):
                 raise ServerFailed(f"the MCP server died during {what}") from None
-            self._unanswered = True
+            conn.unanswered = True
             raise ToolTimeout(f"{what}: no answer within {limit:g} s") from None
         except concurrent.futures.CancelledError:
             raise ServerFailed(f"the MCP client was closed during {what}") from None
         except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED or (self._proc is not None and not _alive(self._proc)):
-                raise ServerFailed(f"the MCP server connection broke during {what}: {exc.message}") from None
+            if exc.code == CONNECTION_CLOSED or (proc is not None and not _alive(proc)):
+                raise ServerFailed(self._broken(conn, what, exc.message)) from None
             # A protocol-level refusal (bad params...): the model can fix it.
             raise ToolError(f"{what}: {exc.message}") from None
         except (KeyboardInterrupt, SystemExit):
             # Ctrl-C / SIGTERM while waiting: the server may well be the reason
             # we waited, so close() should not give it the EOF grace either.
             future.cancel()
-            self._unanswered = True
+            conn.unanswered = True
             raise
         except Exception as exc:
             # Anything else is the connection misbehaving (e.g. a malformed
             # reply), not something the model can correct.
             raise ServerFailed(f"the MCP connection failed during {what}: {exc!r}") from exc
+
+    def _broken(self, conn: _Connection, what: str, message: str) -> str:
+        """Why the connection closed under a call: the server died, or the session broke on our side."""
+        if conn.proc is not None and not _alive(conn.proc):
+            return f"the MCP server connection broke during {what}: {message} (the server is gone)"
+        # The server did not die: wait (bounded) for the session loop to finish
+        # unwinding, so the next call sees the break and starts a new server.
+        if conn.thread is not None:
+            conn.thread.join(UNWIND_TIMEOUT)
+        if conn.failure is None:
+            return f"the MCP server connection broke during {what}: {message}"
+        after = "the next call starts a new server" if self.restarts < MAX_RESTARTS else "no restart is left"
+        return (f"the MCP session broke during {what} on the client's side "
+                f"({type(conn.failure).__name__}: {conn.failure}); {after}")
 
     def list_tools(self) -> list[str]:
         """Names of the tools the server offers."""
@@ -405,10 +510,12 @@ class MCPClient:
     def call(self, tool: str, args: dict[str, Any], timeout: float | None = None) -> str:
         """Call ``tool`` and return the text of its result.
 
-        Raises ToolError (the tool answered with an error), ToolTimeout (no
-        answer within ``timeout``, default ``self.timeout``) or ServerFailed
-        (the server is gone or the connection broke).
+        Raises ToolError (the tool answered with an error, or the arguments
+        cannot be sent: see :func:`check_arguments`), ToolTimeout (no answer
+        within ``timeout``, default ``self.timeout``) or ServerFailed (the
+        server is gone or the connection broke).
         """
+        check_arguments(tool, args)  # before sending: a bad argument must not break the session
         result = self._submit(lambda s: s.call_tool(tool, args), tool, timeout)
         text = "\n".join(block.text for block in result.content if getattr(block, "type", None) == "text")
         if result.is_error:

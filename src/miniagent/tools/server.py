@@ -10,10 +10,16 @@ Tools:
 * ``conjugate(verb, tense, person)`` -> ``"she has seen"`` (subject + verb phrase)
 * ``list_tenses()`` -> the valid tenses, persons and pronouns, as short text
 
-Every bad argument (unknown tense, non-verb, empty, huge, wrong type) comes
-back as an MCP *tool error* (``isError: true``) whose text names the valid
-options, so the model can read it and correct itself.  The server stays up
-and answers the next call.
+Every bad argument (unknown tense, non-verb, empty, huge, wrong type, an
+argument the tool does not take) comes back as an MCP *tool error*
+(``isError: true``) whose text names the valid options, so the model can read
+it and correct itself.  The server stays up and answers the next call.
+
+Both tools are read-only (``readOnlyHint``), their input schemas allow no
+other arguments (``additionalProperties: false``), ``serverInfo.version`` is
+the package's version, and the server offers tools only: it is built on the
+SDK's low-level ``Server`` rather than ``MCPServer``, which always advertises
+prompts and resources, even empty ones.
 
 Faults, for labs only, OFF by default, fixed at start (flags win over env):
 
@@ -27,9 +33,9 @@ Faults, for labs only, OFF by default, fixed at start (flags win over env):
 
 stdout is the protocol; everything human-readable goes to stderr.
 
-Imports of the MCP SDK (and its web stack) happen inside :func:`main`, so
+Imports of the MCP SDK happen inside :func:`build_server` and :func:`main`, so
 ``import miniagent.tools.server`` stays cheap for code that only wants the
-constants or the argument parser.
+constants, the tools' logic or the argument parser.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only, keeps the import cheap
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.lowlevel import Server
 
 SERVER_NAME = "miniagent-conjugation"
 DELAY_ENV = "MINIAGENT_FAULT_DELAY"
@@ -51,6 +57,10 @@ HANG_ON_ENV = "MINIAGENT_FAULT_HANG_ON"
 MAX_ARG_CHARS = 64
 
 _VERB_HINT = "Give an English verb in its base form, e.g. 'see', 'go', 'be'."
+
+
+class ToolInputError(ValueError):
+    """A bad call to a tool: the server answers it with a tool error (``isError: true``)."""
 
 
 # --------------------------------------------------------------------------
@@ -83,34 +93,32 @@ def _with_hint(message: str, name: str) -> str:
     first_option = body.split(",")[0].strip()
     if name != "verb" and first_option and first_option in message:
         return message
+    if name == "verb" and "give the base form" in message:  # 'went' is the past of 'go'; give ...
+        return message
     return f"{message} {hint}"
 
 
 def _check_text(name: str, value: Any) -> str:
     """Type, emptiness and size checks shared by the three arguments."""
-    from mcp.server.mcpserver.exceptions import ToolError
-
     if value is None:
-        raise ToolError(f"'{name}' is missing. {_hint_for(name)}")
+        raise ToolInputError(f"'{name}' is missing. {_hint_for(name)}")
     if not isinstance(value, str):
-        raise ToolError(f"'{name}' must be a string, not {type(value).__name__}. {_hint_for(name)}")
+        raise ToolInputError(f"'{name}' must be a string, not {type(value).__name__}. {_hint_for(name)}")
     text = value.strip()
     if not text:
-        raise ToolError(f"'{name}' is empty. {_hint_for(name)}")
+        raise ToolInputError(f"'{name}' is empty. {_hint_for(name)}")
     if len(text) > MAX_ARG_CHARS:
         too_long = f"'{name}' is too long ({len(text)} characters, at most {MAX_ARG_CHARS})."
-        raise ToolError(f"{too_long} {_hint_for(name)}")
+        raise ToolInputError(f"{too_long} {_hint_for(name)}")
     return text
 
 
 def conjugate_text(verb: Any, tense: Any, person: Any) -> str:
     """The tool's logic without the MCP wrapping: ``("see", "present perfect", "she")`` -> ``"she has seen"``.
 
-    Raises ``mcp.server.mcpserver.exceptions.ToolError`` (which MCPServer
-    turns into an ``isError`` result) for every kind of bad input.
+    Raises :class:`ToolInputError` (which the server turns into an ``isError``
+    result) for every kind of bad input.
     """
-    from mcp.server.mcpserver.exceptions import ToolError
-
     from . import conjugation as cj
 
     verb_s = _check_text("verb", verb)
@@ -126,16 +134,16 @@ def conjugate_text(verb: Any, tense: Any, person: Any) -> str:
         try:
             check(value)
         except cj.ConjugationError as exc:
-            raise ToolError(_with_hint(str(exc), name)) from None
+            raise ToolInputError(_with_hint(str(exc), name)) from None
     try:
         phrase = cj.conjugate(verb_s, tense_s, person_s)
         return f"{cj.subject_for(person_s)} {phrase}"
     except cj.ConjugationError as exc:
-        raise ToolError(f"{exc} {_tense_hint()} {_person_hint()}") from None
+        raise ToolInputError(f"{exc} {_tense_hint()} {_person_hint()}") from None
     except Exception as exc:  # a bug in the conjugator must still give the model a usable answer
         print(f"conjugate({verb_s!r}, {tense_s!r}, {person_s!r}) crashed: {exc!r}", file=sys.stderr, flush=True)
         failed = f"could not conjugate {verb_s!r} ({type(exc).__name__})."
-        raise ToolError(f"{failed} {_tense_hint()} {_person_hint()}") from None
+        raise ToolInputError(f"{failed} {_tense_hint()} {_person_hint()}") from None
 
 
 def list_tenses_text() -> str:
@@ -176,52 +184,101 @@ _STRING = {"type": "string"}
 CONJUGATE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "verb": {**_STRING, "description": "English verb in its base form, e.g. 'see'."},
+        "verb": {**_STRING, "description": "English verb in its base form, e.g. 'see', or a phrasal verb, e.g. 'give up'."},
         "tense": {**_STRING, "description": "A tense name, e.g. 'present perfect'. See list_tenses."},
         "person": {**_STRING, "description": "A person ('3rd singular') or a pronoun ('she'). See list_tenses."},
     },
     "required": ["verb", "tense", "person"],
+    "additionalProperties": False,
 }
+LIST_TENSES_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+CONJUGATE_DESCRIPTION = 'Conjugate an English verb: returns the subject and verb phrase, e.g. "she has seen".'
+LIST_TENSES_DESCRIPTION = "List the valid tenses, persons and pronouns for conjugate."
+INSTRUCTIONS = "Conjugates English verbs. Call list_tenses to see the valid tenses and persons."
 
 
-def build_server(delay: float = 0.0, hang_on: str | None = None) -> MCPServer:
-    """The MCPServer with both tools registered; ``delay``/``hang_on`` are the faults."""
-    from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.tools import Tool
+def server_version() -> str:
+    """serverInfo.version: the installed miniagent package's version ("unknown" if it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("miniagent")
+    except PackageNotFoundError:  # run from a source tree that was never pip-installed
+        return "unknown"
+
+
+def _check_arguments(tool: str, arguments: dict[str, Any], schema: dict[str, Any]) -> None:
+    """The schema says ``additionalProperties: false``; the SDK does not enforce it, so this does."""
+    unknown = sorted(set(arguments) - set(schema["properties"]))
+    if unknown:
+        names = ", ".join(repr(_shorten(name)) for name in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+        takes = ", ".join(schema["properties"]) or "no arguments"
+        raise ToolInputError(f"{tool} does not take {names}; it takes {takes}.")
+
+
+def _shorten(text: str, limit: int = 30) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def build_server(delay: float = 0.0, hang_on: str | None = None) -> Server:
+    """The MCP server with both tools; ``delay``/``hang_on`` are the faults."""
+    from mcp import types
+    from mcp.server.lowlevel import Server
 
     hang_key = hang_on.strip().lower() if hang_on else None
+    read_only = types.ToolAnnotations(read_only_hint=True)
+    tools = [
+        types.Tool(name="conjugate", description=CONJUGATE_DESCRIPTION,
+                   input_schema=CONJUGATE_SCHEMA, annotations=read_only),
+        types.Tool(name="list_tenses", description=LIST_TENSES_DESCRIPTION,
+                   input_schema=LIST_TENSES_SCHEMA, annotations=read_only),
+    ]
 
-    # The parameters are untyped on purpose: the SDK's own validation would
-    # answer a wrong type with a pydantic message that names no valid options.
-    # Checking in the body gives every mistake the same helpful shape; the
-    # advertised schema (CONJUGATE_SCHEMA above) still says "three strings".
-    # It is async on purpose too: the SDK runs sync tools in a worker thread,
-    # where the hang fault would wedge a worker, not the server.
-    async def conjugate(verb: Any = None, tense: Any = None, person: Any = None) -> str:
-        """Conjugate an English verb: returns the subject and verb phrase, e.g. "she has seen"."""
-        if hang_key is not None and isinstance(verb, str) and verb.strip().lower() == hang_key:
-            _wedge(verb)
-        if delay > 0:
-            import anyio
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
 
-            await anyio.sleep(delay)  # awaited: the server stays responsive meanwhile
-        return conjugate_text(verb, tense, person)
+    # Async, and run on the event loop: the hang fault must block the server's
+    # only loop thread (a worker thread would wedge only itself), and every
+    # other answer is instant.
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        arguments = params.arguments or {}
+        try:
+            if params.name == "conjugate":
+                _check_arguments("conjugate", arguments, CONJUGATE_SCHEMA)
+                verb = arguments.get("verb")
+                if hang_key is not None and isinstance(verb, str) and verb.strip().lower() == hang_key:
+                    _wedge(verb)
+                if delay > 0:
+                    import anyio
 
-    # Async with no await: the SDK runs sync tools in a worker thread, but this
-    # one is instant, so running it on the loop is cheaper.
-    async def list_tenses() -> str:
-        """List the valid tenses, persons and pronouns for conjugate."""
-        return list_tenses_text()
+                    await anyio.sleep(delay)  # awaited: the server stays responsive meanwhile
+                text = conjugate_text(verb, arguments.get("tense"), arguments.get("person"))
+            elif params.name == "list_tenses":
+                _check_arguments("list_tenses", arguments, LIST_TENSES_SCHEMA)
+                text = list_tenses_text()
+            else:
+                raise ToolInputError(f"Unknown tool {_shorten(params.name)!r}; the tools are conjugate and list_tenses.")
+        except ToolInputError as exc:
+            return types.CallToolResult(content=[types.TextContent(type="text", text=str(exc))], is_error=True)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
-    conjugate_tool = Tool.from_function(conjugate, structured_output=False)
-    conjugate_tool.parameters = CONJUGATE_SCHEMA
-    tools = [conjugate_tool, Tool.from_function(list_tenses, structured_output=False)]
-    return MCPServer(
+    # Only these two handlers: the capabilities the server announces are
+    # derived from its handlers, so it announces tools and nothing else.
+    return Server(
         SERVER_NAME,
-        instructions="Conjugates English verbs. Call list_tenses to see the valid tenses and persons.",
-        tools=tools,
-        log_level="WARNING",  # stderr stays quiet; a tool error is an answer, not news
+        version=server_version(),
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
     )
+
+
+async def _serve(server: Server) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -263,8 +320,16 @@ def main(argv: list[str] | None = None) -> None:
     if hang_on:
         print(f"fault: hang on verb {hang_on!r} (the server wedges on that call)", file=sys.stderr, flush=True)
     server = build_server(delay=delay, hang_on=hang_on)
+    # The verb lexicon takes a few hundred ms to load: load it before serving,
+    # so the handshake pays for it once and no tool call (with its own short
+    # timeout) ever does.
+    from .conjugation import preload
+
+    preload()
     try:
-        server.run("stdio")
+        import anyio
+
+        anyio.run(_serve, server)
     except KeyboardInterrupt:  # run by hand in a terminal: Ctrl-C is a normal way out
         pass
     # The client closed stdin and every answer is flushed: nothing is left to
