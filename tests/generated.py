@@ -23,6 +23,7 @@ counterexample a break's page shows (``describe`` writes it in English and Spani
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, fields
 
 from hypothesis import strategies as st
@@ -416,6 +417,11 @@ WORDS = {
 }
 
 
+def number(text: str, lang: str) -> str:
+    """Spanish writes a decimal comma: 0.5 s -> 0,5 s (only numbers followed by " s" are touched)."""
+    return re.sub(r"(\d)\.(\d+) s\b", r"\1,\2 s", text) if lang == "es" else text
+
+
 def describe_reply(reply: Reply, lang: str) -> str:
     w = WORDS[lang]
     if reply.kind == "call":
@@ -428,7 +434,7 @@ def describe_reply(reply: Reply, lang: str) -> str:
     if reply.cuts and reply.kind not in ("ramble", "fail"):
         text += w["cuts"].format(n=reply.cuts)
     if reply.seconds:
-        text += w["seconds"].format(s=reply.seconds)
+        text += number(w["seconds"].format(s=reply.seconds), lang)
     if (reply.prompt_tokens, reply.completion_tokens) != (Reply.prompt_tokens, Reply.completion_tokens):
         text += w["tokens"].format(p=reply.prompt_tokens, c=reply.completion_tokens)
     return text
@@ -444,7 +450,7 @@ def describe_world(world: World, lang: str = "en") -> str:
     else:
         lines = [w["many"].format(n=len(script))] + [f"{i}. {s}" for i, s in enumerate(script, 1)]
     lines.append(w["grammar"] if world.keeps_to_schema else w["no_grammar"])
-    outcomes = [w[o.kind].format(s=o.seconds) for o in world.outcomes]
+    outcomes = [number(w[o.kind].format(s=o.seconds), lang) for o in world.outcomes]
     lines.append(w["tools_one"].format(o=outcomes[0]) if len(set(outcomes)) == 1
                  else w["tools_many"].format(o="; ".join(outcomes)))
     default = TutorConfig(llm="generated", cache_dir="")

@@ -77,7 +77,8 @@ class Tree:
         en = lang == "en"
         lines = []
         root = ("An agent that " if en else "Un agente que ") + (
-            (f"exits by itself after {self.root_exit:g} s" if en else f"termina solo a los {self.root_exit:g} s")
+            (f"exits by itself after {self.root_exit:g} s" if en
+             else f"termina solo a los {self.root_exit:g} s".replace(".", ","))
             if self.root_exit is not None else ("runs until it is killed" if en else "sigue hasta que lo matan"))
         if self.root_ignores_term:
             root += ", ignoring SIGTERM" if en else ", sin hacer caso de SIGTERM"
@@ -185,7 +186,7 @@ def test_an_agent_killed_while_its_server_is_wedged_leaves_no_server(wait, tmp_p
         "en": f"An agent whose tool server wedges on its first call; the harness kills the agent {wait:g} s "
               "after the loop started (once the call was sent).",
         "es": f"Un agente cuyo servidor de herramientas se atasca en la primera llamada; el arnés mata al agente "
-              f"{wait:g} s después de que empiece el bucle (una vez enviada la llamada)."}, ensure_ascii=False))
+              f"{str(wait).replace('.', ',')} s después de que empiece el bucle (una vez enviada la llamada)."}, ensure_ascii=False))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
     record = run_experiment(HUNG_AGENT, timeout=wait, trace_path=tmp_path_factory.mktemp("agent") / "trace.jsonl",
                             live=False, cwd=ROOT, env=env, clock="loop", needs={"tool_calls": 1})
