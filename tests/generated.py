@@ -8,8 +8,9 @@ Hypothesis draws each part:
   (``finish_reason "length"``), slow replies and failures of the model server.  A model that "keeps to the
   schema" is decoded under the turn's grammar, like the llama and openai backends: it never answers when
   the answer branch is not offered, and in the final round, where the answer is the only branch, it answers;
-* **the tools** play their own cycle of outcomes: a result, a tool error, a slow answer, a hang (no answer
-  until the timeout), the server dying;
+* **the tools** play their own cycle of outcomes, one per different call (the same call always gets the
+  same one, as from a real tool): a result, a tool error, a slow answer, a hang (no answer until the
+  timeout), the server dying;
 * **the settings** are any valid ``TutorConfig`` caps, budgets and timeouts, the edges included; each
   one stays at its default unless the example needs another value, so a shrunk counterexample names only
   the settings that matter;
@@ -194,11 +195,15 @@ class GeneratedTools:
     def __init__(self, outcomes: tuple[ToolOutcome, ...], clock: FakeClock) -> None:
         self.outcomes, self.clock = outcomes, clock
         self.calls: list[ToolCall] = []
+        self.keys: dict[str, int] = {}
 
     def call(self, tool: str, args: dict, timeout: float | None = None) -> str:
         if len(self.calls) >= RUNAWAY_CALLS:
             raise Runaway(f"the tools were called {RUNAWAY_CALLS} times")
-        outcome = self.outcomes[len(self.calls) % len(self.outcomes)]
+        # Like a real tool, the same call always gets the same outcome: the n-th different call gets the n-th
+        # outcome of the cycle.
+        key = tool + json.dumps(args, sort_keys=True)
+        outcome = self.outcomes[self.keys.setdefault(key, len(self.keys)) % len(self.outcomes)]
         call = ToolCall(tool, dict(args), timeout, outcome)
         self.calls.append(call)
         what = args.get("verb", tool)
@@ -264,9 +269,8 @@ def run_world(world: World) -> Run:
 # Strategies
 # --------------------------------------------------------------------------
 
-VERBS = ("go", "be", "would", "lovingly", "X")  # a verb, another, a modal, not a verb, not lowercase
-BAD_TENSES = ("yesterday",)
-BAD_PERSONS = ("thou",)
+VERBS = ("go", "be", "would", "lovingly")  # a verb, another, a modal (the tool refuses it), not a verb
+BAD_VERB, BAD_TENSE, BAD_PERSON = "X", "yesterday", "thou"  # arguments the action schema refuses
 
 
 def ticks(low: int, high: int) -> st.SearchStrategy[float]:
@@ -281,42 +285,39 @@ def often(usual: st.SearchStrategy, *others: st.SearchStrategy, weight: int = 3)
 
 
 def _seconds() -> st.SearchStrategy[float]:
-    return often(st.just(0.0), ticks(1, 64 * 30), weight=6)
+    return often(st.just(0.0), ticks(1, 64 * 30), weight=8)
 
 
 def replies() -> st.SearchStrategy[Reply]:
-    call = st.builds(Reply, kind=st.just("call"), verb=st.sampled_from(VERBS),
-                     tense=st.sampled_from(TENSES[4:5] + TENSES[:4] + BAD_TENSES),
-                     person=st.sampled_from(("she", *PERSON_CHOICES, *BAD_PERSONS)),
+    call = st.builds(Reply, kind=st.just("call"), verb=often(st.sampled_from(VERBS), st.just(BAD_VERB), weight=8),
+                     tense=often(st.sampled_from(TENSES[4:5] + TENSES[:4]), st.just(BAD_TENSE), weight=8),
+                     person=often(st.sampled_from(("she", *PERSON_CHOICES)), st.just(BAD_PERSON), weight=8),
                      steps=often(st.none(), st.integers(0, 6), weight=8))
-    simple = often(
-        call,
+    answer = st.builds(Reply, kind=st.just("answer"), text=st.sampled_from(("she went", "she goed", " ")))
+    simple = st.one_of(
+        often(call, weight=6),
+        often(answer, weight=3),
         st.just(Reply("list_tenses")),
-        st.builds(Reply, kind=st.just("answer"), text=st.sampled_from(("she went", "she goed", " "))),
-        st.builds(Reply, kind=st.just("answer"), text=st.sampled_from(("she went", "she goed", " "))),
         st.builds(Reply, kind=st.just("garbage"), text=st.sampled_from(('Sure! {"tool": "conjugate"', "[]",
                                                                         '{"tool": "conjugate_verb"}'))),
         st.just(Reply("ramble")),
         st.just(Reply("fail")),
-        weight=6,
     )
     return st.builds(
         lambda reply, cuts, seconds, prompt, completion: Reply(
             reply.kind, reply.verb, reply.tense, reply.person, reply.steps, reply.text, cuts, seconds, prompt,
             completion),
-        simple, often(st.just(0), st.integers(1, 4), weight=5), _seconds(),
+        simple, often(st.just(0), st.integers(1, 4), weight=8), _seconds(),
         often(st.just(20), st.integers(0, 400)), often(st.just(10), st.integers(1, 48)))
 
 
 def tool_outcomes() -> st.SearchStrategy[ToolOutcome]:
-    return often(
-        st.just(ToolOutcome("ok")),
-        st.just(ToolOutcome("error")),
-        st.just(ToolOutcome("error")),
+    return st.one_of(
+        often(st.just(ToolOutcome("ok")), weight=4),
+        often(st.just(ToolOutcome("error")), weight=3),
         st.builds(ToolOutcome, kind=st.just("slow"), seconds=ticks(1, 64 * 10)),
         st.just(ToolOutcome("hang")),
         st.just(ToolOutcome("server_failed")),
-        weight=4,
     )
 
 
@@ -351,12 +352,24 @@ def settings() -> st.SearchStrategy[TutorConfig]:
     )
 
 
-def worlds() -> st.SearchStrategy[World]:
+def short_or_long(elements: st.SearchStrategy, longest: int) -> st.SearchStrategy[tuple]:
+    """Mostly one or two elements (a model that repeats itself, or alternates), sometimes up to ``longest``."""
+    return often(st.lists(elements, min_size=1, max_size=2), st.lists(elements, min_size=1, max_size=longest),
+                 weight=2).map(tuple)
+
+
+def failing_tools() -> st.SearchStrategy[ToolOutcome]:
+    """Tools that mostly fail: for the properties about what happens after failures."""
+    return st.one_of(often(st.just(ToolOutcome("error")), weight=4), st.just(ToolOutcome("ok")),
+                     st.just(ToolOutcome("hang")))
+
+
+def worlds(tools: st.SearchStrategy[ToolOutcome] | None = None) -> st.SearchStrategy[World]:
     return st.builds(
         World,
-        script=st.lists(replies(), min_size=1, max_size=6).map(tuple),
+        script=short_or_long(replies(), 6),
         keeps_to_schema=st.booleans().map(lambda b: not b),  # shrinks to True: a model with a grammar
-        outcomes=st.lists(tool_outcomes(), min_size=1, max_size=5).map(tuple),
+        outcomes=short_or_long(tool_outcomes() if tools is None else tools, 5),
         config=settings(),
     )
 
@@ -386,7 +399,7 @@ WORDS = {
         "slow": "answers after {s:g} s", "hang": "never answers (it hangs until the timeout)",
         "server_failed": "dies (the MCP server exits)",
         "tools_one": "Every tool call {o}.",
-        "tools_many": "The tool calls, in a cycle: {o}.",
+        "tools_many": "Each different tool call, in turn (the same call always gets the same): {o}.",
         "settings": "Settings that differ from the defaults: {s}.",
         "defaults": "Every setting at its default.",
     },
@@ -410,7 +423,7 @@ WORDS = {
         "slow": "contesta al cabo de {s:g} s", "hang": "no contesta nunca (se cuelga hasta el plazo)",
         "server_failed": "se cae (el servidor MCP termina)",
         "tools_one": "Cada llamada a una herramienta {o}.",
-        "tools_many": "Las llamadas a herramientas, en ciclo: {o}.",
+        "tools_many": "Cada llamada distinta a una herramienta, por turnos (la misma llamada, siempre igual): {o}.",
         "settings": "Ajustes distintos de los valores por defecto: {s}.",
         "defaults": "Todos los ajustes con su valor por defecto.",
     },

@@ -11,9 +11,10 @@ most the time the loop gives it: in this world a run's elapsed time may reach it
 
 from __future__ import annotations
 
+import functools
 import json
 
-from generated import QUESTION, Run, call_key, is_final_piece, run_world, steps, stuck_at, turns, worlds
+from generated import QUESTION, HungForever, Run, Runaway, call_key, failing_tools, is_final_piece, run_world, steps, stuck_at, turns, worlds
 from hypothesis import given, note
 
 from miniagent.agent.actions import InvalidAction, parse_action
@@ -33,6 +34,22 @@ def _all_stop_reasons() -> set[str]:
 
 
 STOP_REASONS = _all_stop_reasons()
+
+
+def one_failure(prop):
+    """Every way a property can fail, raised from one place.
+
+    Hypothesis shrinks one failure at a time and tells failures apart by where they are raised; raised from
+    here, a run that never ends and each assert of the property are the same failure, so the shrinker may
+    trade one for another on its way to the smallest world."""
+    @functools.wraps(prop)
+    def checked(world):
+        try:
+            prop(world)
+        except (AssertionError, Runaway, HungForever) as failure:
+            shown = str(failure) if isinstance(failure, AssertionError) else f"{type(failure).__name__}: {failure}"
+            raise AssertionError(shown.splitlines()[0] if shown else type(failure).__name__) from None
+    return checked
 
 
 def run(world) -> Run:
@@ -101,6 +118,7 @@ def identical_calls(r: Run) -> int:
 
 # --- it ends ---------------------------------------------------------------------------------------------------
 @given(worlds())
+@one_failure
 def test_every_run_ends_with_a_known_stop_reason_and_no_exception(world):
     """Every run ends, with a known stop reason and a non-empty answer, and no exception escapes.
 
@@ -113,6 +131,7 @@ def test_every_run_ends_with_a_known_stop_reason_and_no_exception(world):
 
 
 @given(worlds())
+@one_failure
 def test_the_stop_reason_names_the_guard_that_really_ended_the_run(world):
     """The stop reason names the guard that really ended the run, at the threshold its setting gives.
 
@@ -142,7 +161,8 @@ def test_the_stop_reason_names_the_guard_that_really_ended_the_run(world):
     elif reason == "model_failed":
         assert last_model.outcome == "failed"
     elif reason == "server_failed":
-        assert last_tool is not None and last_tool.outcome.kind == "server_failed" and last_tool.result is None
+        assert last_tool is not None and last_tool.outcome.kind == "server_failed", \
+            f"stop reason server_failed, but the tools' last call {last_tool.outcome.kind if last_tool else 'never came'}"
     elif reason == "answered":
         assert last_model.outcome == "stop" and not last_model.final
     else:
@@ -151,6 +171,7 @@ def test_the_stop_reason_names_the_guard_that_really_ended_the_run(world):
 
 # --- turns and model calls -------------------------------------------------------------------------------------
 @given(worlds())
+@one_failure
 def test_turns_never_pass_max_turns(world):
     """A run never takes more turns than max_turns.
 
@@ -162,6 +183,7 @@ def test_turns_never_pass_max_turns(world):
 
 
 @given(worlds())
+@one_failure
 def test_model_calls_stay_within_turns_times_continuations_plus_the_final_round(world):
     """Model calls stay within max_turns x (1 + max_auto_continues), plus one final-answer round.
 
@@ -174,6 +196,7 @@ def test_model_calls_stay_within_turns_times_continuations_plus_the_final_round(
 
 
 @given(worlds())
+@one_failure
 def test_a_reply_is_continued_at_most_max_auto_continues_times(world):
     """A reply cut off by the token limit is continued at most max_auto_continues times.
 
@@ -187,6 +210,7 @@ def test_a_reply_is_continued_at_most_max_auto_continues_times(world):
 
 # --- tool calls ------------------------------------------------------------------------------------------------
 @given(worlds())
+@one_failure
 def test_the_models_tool_calls_stay_within_the_cap_or_the_plan_budget(world):
     """The model's own tool calls stay within max_tool_calls (or its plan's budget); forced calls are not charged to it.
 
@@ -198,7 +222,8 @@ def test_the_models_tool_calls_stay_within_the_cap_or_the_plan_budget(world):
     assert sum(stats.tool_calls.values()) - stats.forced_calls == model_tool_calls(r)
 
 
-@given(worlds())
+@given(worlds(tools=failing_tools()))
+@one_failure
 def test_forced_discovery_calls_are_counted_apart_and_follow_every_breaker_trip(world):
     """After max_consecutive_failures tool failures in a row the breaker forces one list_tenses call, counted apart.
 
@@ -222,6 +247,7 @@ def test_forced_discovery_calls_are_counted_apart_and_follow_every_breaker_trip(
 
 
 @given(worlds())
+@one_failure
 def test_a_call_that_succeeded_is_never_sent_to_the_tools_again(world):
     """A call that succeeded is never sent to the tools again (dedup answers it).
 
@@ -239,6 +265,7 @@ def test_a_call_that_succeeded_is_never_sent_to_the_tools_again(world):
 
 # --- budgets -------------------------------------------------------------------------------------------------------
 @given(worlds())
+@one_failure
 def test_the_token_budget_is_checked_before_every_model_call(world):
     """Before every model call but the final round, the run has used fewer tokens than max_run_tokens.
 
@@ -257,6 +284,7 @@ def test_the_token_budget_is_checked_before_every_model_call(world):
 
 
 @given(worlds())
+@one_failure
 def test_a_run_never_outlives_its_wall_clock(world):
     """A run never outlives wall_clock_s, and every model and tool call gets a time limit.
 
@@ -271,6 +299,7 @@ def test_a_run_never_outlives_its_wall_clock(world):
 
 # --- answers -----------------------------------------------------------------------------------------------------
 @given(worlds())
+@one_failure
 def test_an_answer_comes_from_a_successful_tool_result_of_the_run(world):
     """An answered run answers right after a successful tool result of that run.
 
@@ -287,6 +316,7 @@ def test_an_answer_comes_from_a_successful_tool_result_of_the_run(world):
 
 
 @given(worlds())
+@one_failure
 def test_after_a_cap_a_model_that_keeps_to_the_schema_gives_its_final_answer(world):
     """After a cap or a stuck stop, the final round offers only the answer, and a model that keeps to it gets its answer shown.
 
@@ -305,6 +335,7 @@ def test_after_a_cap_a_model_that_keeps_to_the_schema_gives_its_final_answer(wor
 
 # --- the guards that end a run early --------------------------------------------------------------------------
 @given(worlds())
+@one_failure
 def test_invalid_actions_in_a_row_end_the_run_at_max_format_errors(world):
     """max_format_errors invalid actions in a row end the run, right then and not before.
 
@@ -318,6 +349,7 @@ def test_invalid_actions_in_a_row_end_the_run_at_max_format_errors(world):
 
 
 @given(worlds())
+@one_failure
 def test_a_run_that_repeats_itself_is_stopped_at_max_repeats(world):
     """A run that repeats a step max_repeats times in a row (or alternates two) is stopped right then, and only then.
 
@@ -335,6 +367,7 @@ def test_a_run_that_repeats_itself_is_stopped_at_max_repeats(world):
 
 # --- the record ------------------------------------------------------------------------------------------------
 @given(worlds())
+@one_failure
 def test_the_stats_agree_with_the_trace_event_by_event(world):
     """The run's stats agree with its trace, event by event, and with what the model and the tools saw.
 

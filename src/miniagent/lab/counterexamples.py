@@ -25,7 +25,7 @@ from pathlib import Path
 from .breaks import ROOT, Break, make_sandbox
 
 NOTE = re.compile(r"counterexample-json: (\{.*\})\s*$")
-SECTION = re.compile(r"^_{3,} (test_\w+)(?:\[.*\])? _{3,}$")
+SECTION = re.compile(r"^_+ (test_\w+)(?:\[.*\])? _+$")
 PROPERTY_FILES = re.compile(r"tests/test_properties\w*\.py")
 
 
@@ -68,7 +68,7 @@ def parse(output: str) -> dict[str, tuple[dict | None, str]]:
         world, error = found[current]
         if note:
             world = json.loads(note.group(1))
-        elif line.startswith("E   ") and not error and ("Error" in line or "assert" in line):
+        elif line.startswith("E   ") and not error:  # the first line of the failure: the exception or assert
             error = line[4:].strip()
         found[current] = (world, error)
     return found
