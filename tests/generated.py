@@ -364,7 +364,17 @@ def failing_tools() -> st.SearchStrategy[ToolOutcome]:
                      st.just(ToolOutcome("hang")))
 
 
-def worlds(tools: st.SearchStrategy[ToolOutcome] | None = None) -> st.SearchStrategy[World]:
+def with_a_plan(world: World, steps: int) -> World:
+    """The same world, whose model declares a plan of ``steps`` calls on its first turn."""
+    first = world.script[0]
+    first = Reply("call", first.verb, first.tense, first.person, steps) if first.kind == "call" else \
+        Reply("call", steps=steps)
+    return World((first, *world.script[1:]), world.keeps_to_schema, world.outcomes, world.config)
+
+
+def worlds(tools: st.SearchStrategy[ToolOutcome] | None = None, plans: bool = False) -> st.SearchStrategy[World]:
+    if plans:  # half of them declare a plan on the first turn, which may raise the tool-call limit
+        return st.one_of(worlds(tools), st.builds(with_a_plan, worlds(tools), st.integers(1, 5)))
     return st.builds(
         World,
         script=short_or_long(replies(), 6),

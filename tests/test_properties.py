@@ -169,6 +169,34 @@ def test_the_stop_reason_names_the_guard_that_really_ended_the_run(world):
         raise AssertionError(f"stop reason {reason!r} cannot happen in this world")
 
 
+# The words each guard's fallback uses to name its limit, from the run's own settings (not a class default).
+LIMIT_WORDS = {
+    "max_turns": lambda c, r: f"max_turns={c.max_turns}",
+    "max_tool_calls": lambda c, r: f"max_tool_calls={c.max_tool_calls}",
+    "call_budget": lambda c, r: f"budget of {plan_limit(r)} tool calls",
+    "wall_clock": lambda c, r: f"wall_clock_s={c.wall_clock_s:g}",
+    "token_budget": lambda c, r: f"max_run_tokens={c.max_run_tokens}",
+    "format_errors": lambda c, r: f"max_format_errors={c.max_format_errors}",
+    "auto_continue_limit": lambda c, r: f"after {c.max_auto_continues} continuations",
+    "stuck": lambda c, r: f"max_repeats={c.max_repeats}" if "in a row" in r.outcome.answer else "took turns",
+}
+
+
+@given(worlds())
+@one_failure
+def test_a_fallback_names_the_limit_that_was_hit_with_its_setting(world):
+    """A run a guard ended says which limit it hit, with the value the run's settings gave it.
+
+    (es) Una ejecución que termina una guarda dice qué límite alcanzó, con el valor que le daban sus ajustes.
+    """
+    r = run(world)
+    words = LIMIT_WORDS.get(r.outcome.stop_reason)
+    if words is not None:
+        expected = words(r.config, r)
+        assert expected in r.outcome.answer, f"the fallback does not say {expected!r}"
+        assert f"[stop_reason: {r.outcome.stop_reason}]" in r.outcome.answer
+
+
 # --- turns and model calls -------------------------------------------------------------------------------------
 @given(worlds())
 @one_failure
@@ -209,7 +237,7 @@ def test_a_reply_is_continued_at_most_max_auto_continues_times(world):
 
 
 # --- tool calls ------------------------------------------------------------------------------------------------
-@given(worlds())
+@given(worlds(plans=True))
 @one_failure
 def test_the_models_tool_calls_stay_within_the_cap_or_the_plan_budget(world):
     """The model's own tool calls stay within max_tool_calls (or its plan's budget); forced calls are not charged to it.
@@ -218,6 +246,9 @@ def test_the_models_tool_calls_stay_within_the_cap_or_the_plan_budget(world):
     """
     r = run(world)
     assert model_tool_calls(r) <= plan_limit(r)
+    if r.outcome.stop_reason in ("max_tool_calls", "call_budget"):  # the cap in force, named as such
+        raised = plan_limit(r) > r.config.max_tool_calls
+        assert model_tool_calls(r) == plan_limit(r) and (r.outcome.stop_reason == "call_budget") == raised
     stats = r.outcome.stats
     assert sum(stats.tool_calls.values()) - stats.forced_calls == model_tool_calls(r)
 

@@ -178,9 +178,6 @@ class AutoContinue:
             raise AutoContinueLimit(f"output still truncated after {self.used} continuations")
         self.used += 1
 
-    def reset(self) -> None:
-        self.used = 0
-
 
 @dataclass
 class TokenBudget:
