@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import json
 
-from generated import QUESTION, HungForever, Run, Runaway, call_key, failing_tools, is_final_piece, run_world, steps, stuck_at, turns, worlds
+from generated import (QUESTION, HungForever, Run, Runaway, call_key, failing_tools, is_final_piece, run_world, steps,
+                       stuck_at, turns, worlds)
 from hypothesis import given, note
 
 from miniagent.agent.actions import InvalidAction, parse_action
