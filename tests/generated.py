@@ -7,7 +7,8 @@ Hypothesis draws each part:
   arguments (some the schema refuses), answers, text that is not JSON, replies cut off by the token limit
   (``finish_reason "length"``), slow replies and failures of the model server.  A model that "keeps to the
   schema" is decoded under the turn's grammar, like the llama and openai backends: it never answers when
-  the answer branch is not offered, and in the final round, where the answer is the only branch, it answers;
+  the answer branch is not offered, and in the final round, where the answer is the only branch, it answers
+  (its tool calls may still break the schema: the grammar is modelled for the answer branch only);
 * **the tools** play their own cycle of outcomes, one per different call (the same call always gets the
   same one, as from a real tool): a result, a tool error, a slow answer, a hang (no answer until the
   timeout), the server dying;
@@ -403,8 +404,9 @@ WORDS = {
         "one": "A model that {r}, again and again, for ever.",
         "two": "A model that alternates two replies for ever: it {a}; then it {b}.",
         "many": "A model that plays these {n} replies in a cycle, for ever:",
-        "grammar": "It keeps to the turn's schema, like a model decoded under a grammar.",
-        "no_grammar": "It ignores the schema, like a backend without a grammar.",
+        "grammar": "It never answers where the turn's schema offers no answer, and in the final round, where the "
+                   "answer is the only branch, it answers (as under a grammar).",
+        "no_grammar": "It answers whenever its script says so, offered or not (as a backend without a grammar).",
         "ok": "returns a result", "error": "fails with a tool error",
         "slow": "answers after {s:g} s", "hang": "never answers (it hangs until the timeout)",
         "server_failed": "dies (the MCP server exits)",
@@ -427,8 +429,9 @@ WORDS = {
         "one": "Un modelo que {r}, una y otra vez, sin parar.",
         "two": "Un modelo que alterna dos respuestas sin parar: {a}; después {b}.",
         "many": "Un modelo que repite en ciclo estas {n} respuestas, sin parar:",
-        "grammar": "Respeta el esquema del turno, como un modelo decodificado con una gramática.",
-        "no_grammar": "No hace caso del esquema, como un backend sin gramática.",
+        "grammar": "Nunca responde si el esquema del turno no ofrece la respuesta, y en la ronda final, donde la "
+                   "respuesta es la única rama, responde (como con una gramática).",
+        "no_grammar": "Responde cuando se lo dice su guion, se le ofrezca o no (como un backend sin gramática).",
         "ok": "devuelve un resultado", "error": "falla con un error de la herramienta",
         "slow": "contesta al cabo de {s:g} s", "hang": "no contesta nunca (se cuelga hasta el plazo)",
         "server_failed": "se cae (el servidor MCP termina)",
