@@ -111,6 +111,7 @@ class ModelCall:
     reply: Reply
     outcome: str = ""  # stop | length | timeout | failed
     tokens: int = 0
+    text: str = ""  # the piece of text it returned
 
 
 class GeneratedModel:
@@ -144,7 +145,7 @@ class GeneratedModel:
             raise ModelFailed("the model server answered 503")
         piece = self.pieces.pop(0) if len(self.pieces) > 1 or reply.kind != "ramble" else self.pieces[0]
         finish = "length" if self.pieces else "stop"
-        call.outcome, call.tokens = finish, reply.prompt_tokens + reply.completion_tokens
+        call.outcome, call.tokens, call.text = finish, reply.prompt_tokens + reply.completion_tokens, piece
         return ModelReply(piece, finish, reply.prompt_tokens, reply.completion_tokens, 0.0)
 
     def _text(self, reply: Reply, scratchpad: list[Entry], may_answer: bool | None, final: bool) -> str:
@@ -190,6 +191,7 @@ class ToolCall:
     timeout: float | None
     outcome: ToolOutcome
     result: str | None = None  # the text returned; None when it raised
+    error: str = ""  # the message of what it raised
 
 
 class GeneratedTools:
@@ -208,17 +210,23 @@ class GeneratedTools:
         call = ToolCall(tool, dict(args), timeout, outcome)
         self.calls.append(call)
         what = args.get("verb", tool)
+        if timeout is not None and timeout <= 0:  # like the MCP client: no time left, no call
+            call.error = f"{tool}: no time left for the call"
+            raise ToolTimeout(call.error)
         if outcome.kind == "server_failed":
-            raise ServerFailed("the MCP server exited")
+            call.error = "the MCP server exited"
+            raise ServerFailed(call.error)
         if outcome.kind == "error":
-            raise ToolError(f"{what!r} is not something I can conjugate")
+            call.error = f"{what!r} is not something I can conjugate"
+            raise ToolError(call.error)
         if outcome.kind in ("slow", "hang"):
             wait = float("inf") if outcome.kind == "hang" else outcome.seconds
             if timeout is None and wait == float("inf"):
                 raise HungForever(f"{tool} never answers and was called without a timeout")
             if timeout is not None and wait > timeout:
                 self.clock.advance(timeout)
-                raise ToolTimeout(f"{tool}: no answer within {timeout:g} s")
+                call.error = f"{tool}: no answer within {timeout:g} s"
+                raise ToolTimeout(call.error)
             self.clock.advance(wait)
         call.result = "Tenses: all twelve." if tool == "list_tenses" else \
             f"{args.get('person')} {args.get('verb')} ({args.get('tense')})"

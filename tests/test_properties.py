@@ -423,3 +423,34 @@ def test_the_stats_agree_with_the_trace_event_by_event(world):
     assert stats.identical_calls == identical_calls(r)
     assert events[0]["event"] == "run_start" and events[0]["question"] == QUESTION
     assert events[-1]["stats"] == stats.as_dict()
+
+
+@given(worlds())
+@one_failure
+def test_the_trace_records_what_the_model_and_the_tools_really_did(world):
+    """The trace records what the model and the tools really did, in order, and the outcome it ends with.
+
+    (es) La traza recoge lo que de verdad hicieron el modelo y las herramientas, en orden, y el resultado final.
+    """
+    r = run(world)
+    events = r.events
+    replies = [call for call in r.model.calls if call.outcome in ("stop", "length")]
+    actions = [e for e in events if e["event"] == "model_action"]
+    assert [(e["text"], e["finish_reason"]) for e in actions] == [(c.text, c.outcome) for c in replies]
+    assert [e["prompt_tokens"] + e["completion_tokens"] for e in actions] == [c.tokens for c in replies]
+    assert [bool(e["final"]) for e in actions] == [c.final for c in replies]
+    calls = [i for i, e in enumerate(events) if e["event"] == "tool_call"]
+    assert [(events[i]["tool"], events[i]["args"]) for i in calls] == [(c.tool, c.args) for c in r.tools.calls]
+    for i, call in zip(calls, r.tools.calls):
+        after = events[i + 1] if i + 1 < len(events) else {}
+        if events[i].get("forced") or call.outcome.kind == "server_failed":
+            continue  # a forced call's result goes into the observation; a dead server ends the run
+        if call.result is not None:
+            assert after.get("event") == "tool_result" and after["result"] == call.result
+        else:
+            assert after.get("event") == "tool_error" and after["error"].endswith(call.error)
+    stop = events[-1]
+    assert (stop["answer"], stop["final_answer"]) == (r.outcome.answer, r.outcome.final_answer)
+    finals = [e for e in events if e["event"] == "final_round"]
+    assert [e["answer"] for e in finals] == ([r.outcome.final_answer] if finals else [])
+    assert events[0]["config"] == r.config.as_dict() and events[0]["llm"] == "generated"
