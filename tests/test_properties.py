@@ -17,8 +17,9 @@ import json
 from generated import (QUESTION, HungForever, Run, Runaway, call_key, failing_tools, is_final_piece, run_world, steps,
                        stuck_at, turns, worlds)
 from hypothesis import given, note
+from hypothesis import strategies as st
 
-from miniagent.agent.actions import InvalidAction, parse_action
+from miniagent.agent.actions import NEXT_ACTION_SCHEMA, InvalidAction, parse_action, schema_for_turn
 from miniagent.agent.errors import Terminal
 from miniagent.agent.loop import FINAL_ROUND_AFTER
 
@@ -454,3 +455,24 @@ def test_the_trace_records_what_the_model_and_the_tools_really_did(world):
     finals = [e for e in events if e["event"] == "final_round"]
     assert [e["answer"] for e in finals] == ([r.outcome.final_answer] if finals else [])
     assert events[0]["config"] == r.config.as_dict() and events[0]["llm"] == "generated"
+
+
+# --- the schema the backends decode under --------------------------------------------------------------------
+@given(first_turn=st.booleans(), may_answer=st.sampled_from((None, True, False)), final=st.booleans())
+def test_the_schema_offers_exactly_the_branches_of_the_turn(first_turn, may_answer, final):
+    """The schema offers the answer only where the turn allows it, a plan only on the first turn, and nothing
+    but the answer in the final round; building it never changes the shared schema.
+
+    (es) El esquema ofrece la respuesta solo donde el turno la permite, un plan solo en el primer turno y nada más
+    que la respuesta en la ronda final; construirlo nunca cambia el esquema compartido.
+    """
+    before = json.dumps(NEXT_ACTION_SCHEMA, sort_keys=True)
+    schema = schema_for_turn(first_turn, may_answer, final)
+    branches = {("answer" if "answer" in b["properties"] else b["properties"]["tool"]["const"]): b
+                for b in schema["anyOf"]}
+    answer_allowed = final or ((not first_turn) if may_answer is None else may_answer)
+    assert ("answer" in branches) == answer_allowed
+    assert final == (set(branches) == {"answer"})
+    if "conjugate" in branches:
+        assert ("steps" in branches["conjugate"]["properties"]) == first_turn
+    assert json.dumps(NEXT_ACTION_SCHEMA, sort_keys=True) == before, "building a turn's schema changed the shared one"
