@@ -24,6 +24,9 @@ settings.register_profile("ci", derandomize=True, max_examples=100, database=Non
                           report_multiple_bugs=False, print_blob=False)
 settings.register_profile("deep", max_examples=1000, database=None, deadline=None, phases=PHASES,
                           report_multiple_bugs=False)
+# invoke mutants runs the tests once per mutant: fewer examples, still the same ones every time.
+settings.register_profile("mutants", derandomize=True, max_examples=30, database=None, deadline=None, phases=PHASES,
+                          report_multiple_bugs=False, print_blob=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

@@ -51,7 +51,7 @@ def run(root: Path = ROOT, max_children: int = 2) -> dict:
         shutil.copytree(root / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(root / "pyproject.toml", work / "pyproject.toml")
         env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
-        env["HYPOTHESIS_PROFILE"] = "ci"
+        env["HYPOTHESIS_PROFILE"] = "mutants"  # tests/conftest.py: 30 examples per property, derandomized
         mutmut = [sys.executable, "-m", "mutmut"]
         subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=work, env=env,
                        stdout=subprocess.DEVNULL)
