@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
-from generated import (QUESTION, HungForever, Run, Runaway, call_key, failing_tools, is_final_piece, run_world, steps,
-                       stuck_at, turns, worlds)
+from generated import (QUESTION, FakeClock, GeneratedModel, GeneratedTools, HungForever, Run, Runaway, call_key,
+                       failing_tools, is_final_piece, run_world, steps, stuck_at, turns, worlds)
+import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from miniagent.agent.actions import NEXT_ACTION_SCHEMA, InvalidAction, parse_action, schema_for_turn
+from miniagent.agent.actions import NEXT_ACTION_SCHEMA, PERSON_CHOICES, Action, InvalidAction, parse_action, schema_for_turn
+from miniagent.agent.grammar import TENSES
 from miniagent.agent.errors import Terminal
-from miniagent.agent.loop import FINAL_ROUND_AFTER
+from miniagent.agent.loop import FINAL_ROUND_AFTER, GrammarTutor
+from miniagent.agent.trace import Trace
 
 FINAL_ROUND_REASONS = {cls.stop_reason for cls in FINAL_ROUND_AFTER}
 
@@ -476,3 +480,112 @@ def test_the_schema_offers_exactly_the_branches_of_the_turn(first_turn, may_answ
     if "conjugate" in branches:
         assert ("steps" in branches["conjugate"]["properties"]) == first_turn
     assert json.dumps(NEXT_ACTION_SCHEMA, sort_keys=True) == before, "building a turn's schema changed the shared one"
+
+
+# --- the action parser: what the loop accepts from a model ----------------------------------------------------
+verbs = st.text("abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=24)
+actions = st.one_of(
+    st.builds(lambda v, t, p, s: Action("tool", "conjugate", {"verb": v, "tense": t, "person": p}, plan_steps=s),
+              verbs, st.sampled_from(TENSES), st.sampled_from(PERSON_CHOICES), st.one_of(st.none(), st.integers(1, 5))),
+    st.just(Action("tool", "list_tenses")),
+    st.builds(lambda text: Action("answer", answer=text), st.text(min_size=1, max_size=300).filter(str.strip)),
+)
+# (how to break a valid action's JSON, the words the refusal must use)
+BROKEN = [
+    (lambda d: {**d, "mood": "happy"}, "unexpected fields ['mood']"),
+    (lambda d: {**d, "verb": "Go"}, "verb must be one lowercase word"),
+    (lambda d: {**d, "verb": 3}, "verb must be one lowercase word"),
+    (lambda d: {**d, "tense": "yesterday"}, "tense must be one of: present simple, "),
+    (lambda d: {**d, "person": "thou"}, "person must be one of: I, you, "),
+    (lambda d: {**d, "steps": 0}, "steps must be an integer from 1 to 5"),
+    (lambda d: {**d, "steps": 6}, "steps must be an integer from 1 to 5"),
+    (lambda d: {**d, "steps": "2"}, "steps must be an integer from 1 to 5"),
+    (lambda d: {**d, "tool": "conjugate_verb"}, "unknown action"),
+]
+
+
+@given(action=actions, first_turn=st.booleans())
+def test_every_valid_action_is_read_back_as_it_was_written(action, first_turn):
+    """Every action the schema allows is read back exactly as it was written (an answer cut to 240 characters).
+
+    (es) Toda acción que el esquema permite se lee tal y como se escribió (una respuesta, cortada a 240 caracteres).
+    """
+    if action.plan_steps is not None and not first_turn:
+        action = Action(action.kind, action.tool, action.args)  # a plan belongs to the first turn only
+    parsed = parse_action(action.to_json(), first_turn=first_turn, may_answer=True)
+    expected = Action("answer", answer=action.answer[:240]) if action.kind == "answer" else action
+    assert parsed == expected
+
+
+@given(action=actions, first_turn=st.booleans(), broken=st.sampled_from(BROKEN))
+def test_every_action_outside_the_schema_is_refused_saying_why(action, first_turn, broken):
+    """An action outside the schema is refused, and the refusal says what is wrong with it (the model reads it).
+
+    (es) Una acción fuera del esquema se rechaza, y el rechazo dice qué tiene de malo (el modelo lo lee).
+    """
+    payload = json.loads(action.to_json())
+    if action.kind != "tool" or action.tool != "conjugate":
+        payload = {"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}
+    if not first_turn:
+        payload.pop("steps", None)  # a valid later-turn action has no plan
+    change, words = broken
+    bad = change(payload)
+    if not first_turn and "steps" in bad and words.startswith("steps"):
+        words = "unexpected fields ['steps']"  # after the first turn a plan is refused before its value is read
+    with pytest.raises(InvalidAction, match=re.escape(words)):
+        parse_action(json.dumps(bad), first_turn=first_turn, may_answer=True)
+
+
+@given(text=st.text(max_size=30), first_turn=st.booleans(), may_answer=st.sampled_from((None, True, False)))
+def test_an_answer_is_refused_unless_the_turn_allows_one(text, first_turn, may_answer):
+    """An answer is taken only where the turn allows one, only as {"answer": "<non-empty text>"}; anything that is
+    not a JSON object is refused as such.
+
+    (es) Una respuesta solo se acepta donde el turno la permite y solo como {"answer": "<texto no vacío>"}; lo que no
+    es un objeto JSON se rechaza como tal.
+    """
+    allowed = (not first_turn) if may_answer is None else may_answer
+    payload = json.dumps({"answer": text})
+    if not allowed:
+        with pytest.raises(InvalidAction, match="no answer without a successful tool result: call a tool first"):
+            parse_action(payload, first_turn=first_turn, may_answer=may_answer)
+    elif not text.strip():
+        with pytest.raises(InvalidAction, match=re.escape('an answer is {"answer": "<non-empty text>"}')):
+            parse_action(payload, first_turn=first_turn, may_answer=may_answer)
+    else:
+        assert parse_action(payload, first_turn=first_turn, may_answer=may_answer).answer == text[:240]
+    with pytest.raises(InvalidAction, match=re.escape('an answer is {"answer"') if allowed else "no answer"):
+        parse_action(json.dumps({"answer": "x", "tool": "list_tenses"}), first_turn=first_turn, may_answer=may_answer)
+    with pytest.raises(InvalidAction, match="an action must be a JSON object"):
+        parse_action(json.dumps([text]), first_turn=first_turn, may_answer=may_answer)
+    with pytest.raises(InvalidAction, match=r"not JSON \("):
+        parse_action("{" + text, first_turn=first_turn, may_answer=may_answer)
+    with pytest.raises(InvalidAction, match="unknown action"):
+        parse_action(json.dumps({"tool": "list_tenses", "verb": "go"}), first_turn=first_turn, may_answer=may_answer)
+
+
+# --- the trace file -----------------------------------------------------------------------------------------------
+@given(world=worlds())
+def test_a_trace_file_reads_back_as_the_runs_events(world, tmp_path_factory):
+    """A run's trace file holds one JSON line per event, the same events the run kept, in order, non-ASCII
+    text as it is, each stamped with the seconds since the trace began.
+
+    (es) El archivo de traza de una ejecución tiene una línea JSON por evento, los mismos que guardó la ejecución,
+    en orden, el texto no ASCII tal cual, cada uno con los segundos desde que empezó la traza.
+    """
+    path = tmp_path_factory.mktemp("trace") / "runs" / "trace.jsonl"
+    trace = Trace.to_path(path)
+    clock = FakeClock()
+    tutor = GrammarTutor(GeneratedModel(world.script, clock, world.keeps_to_schema),
+                         GeneratedTools(world.outcomes, clock), world.config, trace, clock=clock)
+    try:
+        tutor.run(QUESTION + " ¿Y «él»?")
+    except (Runaway, HungForever):
+        pass
+    trace.close()
+    trace.close()  # closing twice is harmless
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == json.loads(json.dumps(trace.events, default=str))
+    assert "«él»" in lines[0], "non-ASCII text is written as it is"
+    stamps = [event["t"] for event in trace.events]
+    assert stamps == sorted(stamps) and 0 <= stamps[0] < 60
