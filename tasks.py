@@ -214,3 +214,22 @@ def docs_check(c):
     """Headless Chromium opens the built site and follows the language switcher; saves a screenshot."""
     _run(c, f"{PY} -m pytest -q tests/test_docs_browser.py")
     print("screenshot: build/docs-check/break-00-es.png")
+
+
+# --- maintainers: the property tests' counterexamples, mutation testing -------------------------------------
+@task(help={"only": "one break only"})
+def counterexamples(c, only=None):
+    """Run each break against its property tests; write hypothesis's smallest failing world to docs_results/."""
+    from miniagent.lab import counterexamples as ce
+
+    ce.write(ROOT / "docs_results", only=only)
+
+
+@task(help={"max_children": "mutants tested in parallel (default 2)"})
+def mutants(c, max_children=2):
+    """Mutation testing of src/miniagent/agent/ with the fast tests (mutmut; slow: not in CI)."""
+    from miniagent.lab import mutants as mm
+
+    result = mm.run(max_children=int(max_children))
+    print(mm.report(result))
+    sys.exit(1 if result["unexplained"] else 0)

@@ -7,11 +7,27 @@ trace: each ``stop`` event's elapsed seconds against the ``wall_clock_s`` of its
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import Phase, settings
 
 from miniagent.agent.trace import Trace
 
 WALL_CLOCK_GRACE_S = 0.5
+
+# The property tests' profile. "ci" (the default) is fixed: the same examples on every run and machine, a
+# bounded number of them, no example database, no deadline (two busy cores make timings meaningless).
+# HYPOTHESIS_PROFILE=deep searches ten times longer, with fresh random examples each run.
+PHASES = (Phase.explicit, Phase.generate, Phase.shrink)  # no database to reuse, no "explain" pass
+settings.register_profile("ci", derandomize=True, max_examples=100, database=None, deadline=None, phases=PHASES,
+                          report_multiple_bugs=False, print_blob=False)
+settings.register_profile("deep", max_examples=1000, database=None, deadline=None, phases=PHASES,
+                          report_multiple_bugs=False)
+# invoke mutants runs the tests once per mutant: fewer examples, still the same ones every time.
+settings.register_profile("mutants", derandomize=True, max_examples=30, database=None, deadline=None, phases=PHASES,
+                          report_multiple_bugs=False, print_blob=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(autouse=True)

@@ -195,6 +195,7 @@ def test_wall_clock_unit():
     now[0] = 4.0
     assert clock.tool_timeout(2.0) == pytest.approx(1.0)  # cut to what the run has left
     now[0] = 5.0
+    assert clock.tool_timeout(2.0) == 0.0  # nothing left: the client refuses the call as a timeout
     with pytest.raises(WallClockExceeded):
         clock.check()
 

@@ -162,8 +162,11 @@ class WallClock:
         return self.remaining()
 
     def tool_timeout(self, per_call_s: float) -> float:
-        """The per-call timeout, never longer than the time the run has left."""
-        return min(per_call_s, self.time_left())
+        """The per-call timeout, never longer than the time the run has left.
+
+        0 when nothing is left: the tool client refuses the call as a timeout, so the trace and the stats,
+        which count the call before it is made, still tell the truth, and the next check ends the run."""
+        return min(per_call_s, max(0.0, self.remaining()))
 
 
 @dataclass
@@ -177,9 +180,6 @@ class AutoContinue:
         if self.used >= self.max_continues:
             raise AutoContinueLimit(f"output still truncated after {self.used} continuations")
         self.used += 1
-
-    def reset(self) -> None:
-        self.used = 0
 
 
 @dataclass

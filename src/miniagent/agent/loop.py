@@ -10,6 +10,7 @@ typed stop reason and a fallback that says what was tried.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -78,7 +79,8 @@ class GrammarTutor:
     """One run of the tutor. ``run`` is the loop; each step of a turn is one short method."""
 
     def __init__(self, model: Backend, tools: Tools, config: TutorConfig | None = None,
-                 trace: Trace | None = None, cancel: Callable[[], bool] | None = None) -> None:
+                 trace: Trace | None = None, cancel: Callable[[], bool] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # tests pass a fake clock
         self.model, self.tools = model, tools
         self.config = config = config or TutorConfig()
         self.trace = trace or Trace.memory()
@@ -93,7 +95,7 @@ class GrammarTutor:
         self.breaker = FailureBreaker(config.max_consecutive_failures)
         self.format_breaker = FormatBreaker(config.max_format_errors)
         self.stuck = StuckDetector(config.max_repeats)
-        self.clock = WallClock(config.wall_clock_s)
+        self.clock = WallClock(config.wall_clock_s, clock)
         self.tokens = TokenBudget(config.max_run_tokens)
         self.cancelled = CancelCheck(cancel)
 
@@ -177,7 +179,7 @@ class GrammarTutor:
         self.trace.emit("model_action", turn=None if final else self.stats.turns + 1, final=final,
                         text=reply.text, finish_reason=reply.finish_reason,
                         prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                        scoring_tokens=reply.scoring_tokens, latency_s=round(reply.latency_s, 4))
+                        scoring_tokens=reply.scoring_tokens, latency_s=round(reply.latency_s, 4), final=final)
         return reply
 
     def run_tool(self, action: Action) -> str:

@@ -263,7 +263,8 @@ class Progress:
             self.first_event_at = now
         kind = event.get("event")
         if kind == "model_action":
-            self.turns = max(self.turns, int(event.get("turn") or 0))
+            if not event.get("final"):  # the final-answer round after a limit is not one more turn
+                self.turns = max(self.turns, int(event.get("turn") or 0))
             self.last_action = str(event.get("text", ""))
         elif kind == "tool_call":
             self.tool_calls[str(event.get("tool"))] += 1
@@ -560,8 +561,9 @@ def run_experiment(
                     exited_at, timed_out = time.monotonic(), False
                 survivors, record.outlived_agent = _find_survivors(sampler, settle,
                                                                    since=killed_at or exited_at or time.monotonic())
-                record.processes_left = [{"pid": p.pid, "cmdline": sampler.seen.get(p.pid, {}).get("cmdline")
-                                          or _cmdline(p)} for p in survivors]
+                # The survivor's command line now (it may have exec'd since it was first seen), else as seen
+                record.processes_left = [{"pid": p.pid, "cmdline": _live_cmdline(p)
+                                          or sampler.seen.get(p.pid, {}).get("cmdline", "?")} for p in survivors]
                 record.cleanup_ok = _kill_all(survivors) if survivors else True
         ended = time.monotonic()
         for event in follower.finish():
@@ -593,6 +595,11 @@ def run_experiment(
     _fill_cpu(record, samples, progress.first_event_at)
     _fill_outcome(record, progress, _last_json_line(stdout), timed_out=timed_out, interrupted=interrupted)
     return record
+
+
+def _live_cmdline(proc: Any) -> str | None:
+    cmdline = _cmdline(proc)
+    return None if cmdline == "?" else cmdline
 
 
 def _fill_from_trace(record: RunRecord, progress: Progress) -> None:

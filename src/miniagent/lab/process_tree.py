@@ -58,13 +58,13 @@ class TreeSampler:
         self.discover()
 
     def discover(self) -> None:
-        """Add the root and its current descendants; also called right before a kill."""
+        """Add the root, its current descendants and the rest of its session; also called right before a kill."""
         try:
             root = psutil.Process(self.root_pid)
             tree = [root, *root.children(recursive=True)]
         except psutil.Error:
-            return  # the root is gone: its children (if any) were seen before, or never existed
-        for proc in tree:
+            tree = []  # the root is gone: its children were seen before, or are found by their session
+        for proc in tree + self._session_orphans():
             if proc.pid in self.procs:
                 continue
             try:
@@ -75,6 +75,22 @@ class TreeSampler:
             self.procs[proc.pid] = proc
             self.seen[proc.pid] = {"pid": proc.pid, "cmdline": _cmdline(proc), "create_time": create_time}
 
+    def _session_orphans(self) -> list[psutil.Process]:
+        """Processes of the root's session that are no longer its descendants.
+
+        The harness starts the root in a session of its own; a process whose parent
+        exited is re-parented (no one's descendant any more) but keeps that session.
+        One that also left the session (setsid, like the MCP server) is found only
+        if it was seen before its parent exited."""
+        found = []
+        for proc in psutil.process_iter():
+            if proc.pid in self.procs or proc.pid == self.root_pid:
+                continue
+            with contextlib.suppress(OSError):
+                if os.getsid(proc.pid) == self.root_pid:
+                    found.append(proc)
+        return found
+
     def sample(self) -> tuple[float, float, int]:
         """(cpu %, rss MB, live processes) summed over the tree."""
         cpu = rss = 0.0
@@ -83,6 +99,7 @@ class TreeSampler:
             try:
                 if proc.status() == psutil.STATUS_ZOMBIE:
                     continue
+                self._refresh_cmdline(proc)
                 cpu += proc.cpu_percent(None)
                 rss += proc.memory_info().rss
                 count += 1
@@ -91,8 +108,15 @@ class TreeSampler:
         self.discover()  # newcomers count from the next sample on (once primed)
         return cpu, rss / 2**20, count
 
+    def _refresh_cmdline(self, proc: psutil.Process) -> None:
+        """A process first seen between fork and exec showed its parent's command line (or none): read it again."""
+        cmdline = _cmdline(proc)
+        if cmdline != "?":
+            self.seen[proc.pid]["cmdline"] = cmdline
+
     def alive(self) -> list[psutil.Process]:
         """Every process seen that still runs, plus anything those spawned since."""
+        self.discover()  # a process re-parented since the last sample is still found by its session
         found: dict[int, psutil.Process] = {}
         for proc in self.procs.values():
             if _alive(proc):  # is_running() also rules out a reused pid (create time differs)

@@ -27,6 +27,7 @@ from rich.text import Text
 from . import notebook
 from .breaks import ROOT, Break, BreakError, agent_command, apply_to_tree, catalogue, find, is_applied, \
     make_sandbox, revert_in_tree, source_digest
+from .counterexamples import property_tests
 from .harness import RunRecord, deadline_note, machine_note, run_experiment, save_record, summary
 
 console = Console()
@@ -301,6 +302,16 @@ def _check_one(brk: Break, use_ci_models: bool, under_load: bool = False) -> tup
                                 *brk.tests], cwd=work, capture_output=True, text=True, env={**_env(), **env})
         if tests.returncode == 0:
             problems.append("the guard tests pass with the break applied: the break is not caught")
+        # 2b. and so do its property tests on their own (generated worlds, not hand-picked ones)
+        properties = property_tests(brk)
+        if properties:
+            caught = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "--timeout", "120", "-p",
+                                     "no:cacheprovider", *properties], cwd=work, capture_output=True, text=True,
+                                    env={**_env(), **env})
+            if caught.returncode == 0:
+                problems.append("the property tests pass with the break applied: no generated world catches it")
+        else:
+            problems.append("no property test is named in [check] tests")
         # 3. the harness observes the declared symptom
         record = run_experiment(agent_command(brk.input, work / "trace.jsonl",
                                               llm=brk.ci_llm if use_ci_models else brk.llm, flags=brk.flags),

@@ -1,0 +1,565 @@
+"""A generated world for the property tests: a model, its tools, the settings and a fake clock.
+
+Hypothesis draws each part:
+
+* **the model** is a short script of replies that it plays in a cycle, for ever.  One reply repeated is a
+  model that repeats itself; two are a model that alternates; a script may hold tool calls with any
+  arguments (some the schema refuses), answers, text that is not JSON, replies cut off by the token limit
+  (``finish_reason "length"``), slow replies and failures of the model server.  A model that "keeps to the
+  schema" is decoded under the turn's grammar, like the llama and openai backends: it never answers when
+  the answer branch is not offered, and in the final round, where the answer is the only branch, it answers
+  (its tool calls may still break the schema: the grammar is modelled for the answer branch only);
+* **the tools** play their own cycle of outcomes, one per different call (the same call always gets the
+  same one, as from a real tool): a result, a tool error, a slow answer, a hang (no answer until the
+  timeout), the server dying;
+* **the settings** are any valid ``TutorConfig`` caps, budgets and timeouts, the edges included; each
+  one stays at its default unless the example needs another value, so a shrunk counterexample names only
+  the settings that matter;
+* **time** comes from a fake clock that only the model and the tools move, so a 20-second wall clock is
+  checked in microseconds.  Times are multiples of 1/64 s, which floats add up exactly.
+
+Hypothesis shrinks a failing world to the shortest script and the plainest settings: that is the
+counterexample a break's page shows (``describe`` writes it in English and Spanish).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, fields
+
+from hypothesis import strategies as st
+
+from miniagent.agent.actions import PERSON_CHOICES
+from miniagent.agent.config import TutorConfig, _check
+from miniagent.agent.errors import ModelFailed, ModelTimeout, ServerFailed, ToolError, ToolTimeout
+from miniagent.agent.grammar import TENSES
+from miniagent.agent.loop import GrammarTutor, Outcome
+from miniagent.agent.ports import Entry, ModelReply
+from miniagent.agent.trace import Trace
+
+QUESTION = "What is the past simple of go for she?"
+# A loop that has not stopped after this many model or tool calls never will: the fake model or tools raise
+# Runaway, which no handler of the loop catches, so "it ends" is a property that can fail.
+RUNAWAY_CALLS = 100  # the intact loop's bound here is at most 8 x (1 + 3) + 1 = 33 model calls
+TICK = 1 / 64  # the fake clock's unit: sums of multiples of it are exact in floating point
+
+
+class Runaway(Exception):
+    """The loop kept calling past RUNAWAY_CALLS: it does not stop by itself."""
+
+
+class HungForever(Exception):
+    """A tool that never answers was called without a timeout: a real run would wait for ever."""
+
+
+class FakeClock:
+    """Seconds since the run began; only the model and the tools move it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+# --------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Reply:
+    """One reply of the model's script."""
+
+    kind: str  # call | list_tenses | answer | garbage | ramble | fail
+    verb: str = "go"
+    tense: str = "past simple"
+    person: str = "she"
+    steps: int | None = None  # a plan; the schema allows it on the first turn only
+    text: str = "she went"  # an answer's text, or the garbage
+    cuts: int = 0  # pieces cut off by the token limit ("length") before the one that ends the reply
+    seconds: float = 0.0  # how long the reply takes, cut to the time the loop gives the call
+    prompt_tokens: int = 20
+    completion_tokens: int = 10
+
+    def json(self) -> str:
+        if self.kind == "call":
+            payload = {"tool": "conjugate", "verb": self.verb, "tense": self.tense, "person": self.person}
+            if self.steps is not None:
+                payload["steps"] = self.steps
+            return json.dumps(payload)
+        if self.kind == "list_tenses":
+            return json.dumps({"tool": "list_tenses"})
+        if self.kind == "answer":
+            return json.dumps({"answer": self.text})
+        return self.text  # garbage
+
+
+@dataclass
+class ModelCall:
+    """What one call to the model was given and what it did (the properties read these)."""
+
+    first_turn: bool
+    may_answer: bool | None
+    final: bool
+    partial: str
+    timeout_s: float | None
+    last_entry: Entry
+    reply: Reply
+    outcome: str = ""  # stop | length | timeout | failed
+    tokens: int = 0
+    text: str = ""  # the piece of text it returned
+
+
+class GeneratedModel:
+    name = "generated"
+
+    def __init__(self, script: tuple[Reply, ...], clock: FakeClock, keeps_to_schema: bool) -> None:
+        self.script, self.clock, self.keeps_to_schema = script, clock, keeps_to_schema
+        self.calls: list[ModelCall] = []
+        self.turn = -1  # index of the reply being given
+        self.pieces: list[str] = []
+
+    def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
+                    partial: str = "", timeout_s: float | None = None, final: bool = False) -> ModelReply:
+        if len(self.calls) >= RUNAWAY_CALLS:
+            raise Runaway(f"the model was called {RUNAWAY_CALLS} times")
+        if not partial:  # a new reply (a continuation passes the text so far)
+            self.turn += 1
+            reply = self.script[self.turn % len(self.script)]
+            self.pieces = self._pieces(reply, self._text(reply, scratchpad, may_answer, final))
+        reply = self.script[self.turn % len(self.script)]
+        call = ModelCall(first_turn, may_answer, final, partial, timeout_s, scratchpad[-1], reply)
+        self.calls.append(call)
+        if reply.seconds:
+            if timeout_s is not None and reply.seconds > timeout_s:
+                self.clock.advance(timeout_s)
+                call.outcome = "timeout"
+                raise ModelTimeout(f"still replying after {timeout_s:g} s")
+            self.clock.advance(reply.seconds)
+        if reply.kind == "fail":
+            call.outcome = "failed"
+            raise ModelFailed("the model server answered 503")
+        piece = self.pieces.pop(0) if len(self.pieces) > 1 or reply.kind != "ramble" else self.pieces[0]
+        finish = "length" if self.pieces else "stop"
+        call.outcome, call.tokens, call.text = finish, reply.prompt_tokens + reply.completion_tokens, piece
+        return ModelReply(piece, finish, reply.prompt_tokens, reply.completion_tokens, 0.0)
+
+    def _text(self, reply: Reply, scratchpad: list[Entry], may_answer: bool | None, final: bool) -> str:
+        """The reply's whole text; a model that keeps to the schema bends it to the turn's branches."""
+        if reply.kind == "ramble":  # an answer that never closes, grammar or not (like the scripted rambler)
+            return '{"answer": "and so on, '
+        if self.keeps_to_schema and final:  # the answer is the only branch: its best answer
+            results = [e.text for e in scratchpad if e.role == "observation" and not e.text.startswith("error")]
+            return json.dumps({"answer": results[-1][:80] if results else "I could not work it out"})
+        if self.keeps_to_schema and reply.kind == "answer" and not may_answer:  # no answer branch: a tool call
+            first_call = next((r for r in self.script if r.kind == "call"), Reply("list_tenses"))
+            return Reply("call", first_call.verb, first_call.tense, first_call.person).json() \
+                if first_call.kind == "call" else first_call.json()
+        return reply.json()
+
+    @staticmethod
+    def _pieces(reply: Reply, text: str) -> list[str]:
+        """The text in ``cuts + 1`` pieces; a ramble is one piece that comes back for ever, always cut."""
+        if reply.kind == "ramble":
+            return [text]
+        n = min(reply.cuts + 1, len(text))
+        size = -(-len(text) // n)
+        return [text[i:i + size] for i in range(0, len(text), size)]
+
+    def close(self) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------
+# The tools
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    kind: str  # ok | error | slow | hang | server_failed
+    seconds: float = 0.0  # for slow: how long the answer takes (past the timeout it is a ToolTimeout)
+
+
+@dataclass
+class ToolCall:
+    tool: str
+    args: dict
+    timeout: float | None
+    outcome: ToolOutcome
+    result: str | None = None  # the text returned; None when it raised
+    error: str = ""  # the message of what it raised
+
+
+class GeneratedTools:
+    def __init__(self, outcomes: tuple[ToolOutcome, ...], clock: FakeClock) -> None:
+        self.outcomes, self.clock = outcomes, clock
+        self.calls: list[ToolCall] = []
+        self.keys: dict[str, int] = {}
+
+    def call(self, tool: str, args: dict, timeout: float | None = None) -> str:
+        if len(self.calls) >= RUNAWAY_CALLS:
+            raise Runaway(f"the tools were called {RUNAWAY_CALLS} times")
+        # Like a real tool, the same call always gets the same outcome: the n-th different call gets the n-th
+        # outcome of the cycle.
+        key = tool + json.dumps(args, sort_keys=True)
+        outcome = self.outcomes[self.keys.setdefault(key, len(self.keys)) % len(self.outcomes)]
+        call = ToolCall(tool, dict(args), timeout, outcome)
+        self.calls.append(call)
+        what = args.get("verb", tool)
+        if timeout is not None and timeout <= 0:  # like the MCP client: no time left, no call
+            call.error = f"{tool}: no time left for the call"
+            raise ToolTimeout(call.error)
+        if outcome.kind == "server_failed":
+            call.error = "the MCP server exited"
+            raise ServerFailed(call.error)
+        if outcome.kind == "error":
+            call.error = f"{what!r} is not something I can conjugate"
+            raise ToolError(call.error)
+        if outcome.kind in ("slow", "hang"):
+            wait = float("inf") if outcome.kind == "hang" else outcome.seconds
+            if timeout is None and wait == float("inf"):
+                raise HungForever(f"{tool} never answers and was called without a timeout")
+            if timeout is not None and wait > timeout:
+                self.clock.advance(timeout)
+                call.error = f"{tool}: no answer within {timeout:g} s"
+                raise ToolTimeout(call.error)
+            self.clock.advance(wait)
+        call.result = "Tenses: all twelve." if tool == "list_tenses" else \
+            f"{args.get('person')} {args.get('verb')} ({args.get('tense')})"
+        return call.result
+
+
+# --------------------------------------------------------------------------
+# The world and one run of it
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class World:
+    script: tuple[Reply, ...]
+    keeps_to_schema: bool
+    outcomes: tuple[ToolOutcome, ...]
+    config: TutorConfig
+
+    def describe(self, lang: str = "en") -> str:
+        return describe_world(self, lang)
+
+
+@dataclass
+class Run:
+    world: World
+    outcome: Outcome
+    events: list[dict]
+    model: GeneratedModel
+    tools: GeneratedTools
+    scratchpad: list[Entry]
+    elapsed: float
+
+    @property
+    def config(self) -> TutorConfig:
+        return self.world.config
+
+
+def run_world(world: World) -> Run:
+    """One run of the intact loop in the generated world (a Runaway or HungForever escapes)."""
+    clock = FakeClock()
+    model = GeneratedModel(world.script, clock, world.keeps_to_schema)
+    tools = GeneratedTools(world.outcomes, clock)
+    trace = Trace.memory()
+    tutor = GrammarTutor(model, tools, world.config, trace, clock=clock)
+    outcome = tutor.run(QUESTION)
+    return Run(world, outcome, trace.events, model, tools, tutor.scratchpad, clock.now)
+
+
+# --------------------------------------------------------------------------
+# Strategies
+# --------------------------------------------------------------------------
+
+VERBS = ("go", "be", "would", "lovingly")  # a verb, another, a modal (the tool refuses it), not a verb
+BAD_VERB, BAD_TENSE, BAD_PERSON = "X", "yesterday", "thou"  # arguments the action schema refuses
+
+
+def ticks(low: int, high: int) -> st.SearchStrategy[float]:
+    """Seconds as multiples of TICK, from low to high ticks."""
+    return st.integers(low, high).map(lambda n: n * TICK)
+
+
+def often(usual: st.SearchStrategy, *others: st.SearchStrategy, weight: int = 3) -> st.SearchStrategy:
+    """``usual`` ``weight`` times as likely as each of the others; hypothesis shrinks towards it."""
+    copies = [usual] + [usual.map(lambda x: x) for _ in range(weight - 1)]  # one_of merges equal strategies
+    return st.one_of(*copies, *others)
+
+
+def _seconds() -> st.SearchStrategy[float]:
+    return often(st.just(0.0), ticks(1, 64 * 30), weight=8)
+
+
+def replies() -> st.SearchStrategy[Reply]:
+    call = st.builds(Reply, kind=st.just("call"), verb=often(st.sampled_from(VERBS), st.just(BAD_VERB), weight=8),
+                     tense=often(st.sampled_from(TENSES[4:5] + TENSES[:4]), st.just(BAD_TENSE), weight=8),
+                     person=often(st.sampled_from(("she", *PERSON_CHOICES)), st.just(BAD_PERSON), weight=8),
+                     steps=often(st.none(), st.integers(0, 6), weight=8))
+    answer = st.builds(Reply, kind=st.just("answer"), text=st.sampled_from(("she went", "she goed", " ")))
+    simple = st.one_of(
+        often(call, weight=6),
+        often(answer, weight=3),
+        st.just(Reply("list_tenses")),
+        st.builds(Reply, kind=st.just("garbage"), text=st.sampled_from(('Sure! {"tool": "conjugate"', "[]",
+                                                                        '{"tool": "conjugate_verb"}'))),
+        st.just(Reply("ramble")),
+        st.just(Reply("fail")),
+    )
+    return st.builds(
+        lambda reply, cuts, seconds, prompt, completion: Reply(
+            reply.kind, reply.verb, reply.tense, reply.person, reply.steps, reply.text, cuts, seconds, prompt,
+            completion),
+        simple, often(st.just(0), st.integers(1, 4), weight=8), _seconds(),
+        often(st.just(20), st.integers(0, 400)), often(st.just(10), st.integers(1, 48)))
+
+
+def tool_outcomes() -> st.SearchStrategy[ToolOutcome]:
+    return st.one_of(
+        often(st.just(ToolOutcome("ok")), weight=4),
+        often(st.just(ToolOutcome("error")), weight=3),
+        st.builds(ToolOutcome, kind=st.just("slow"), seconds=ticks(1, 64 * 10)),
+        st.just(ToolOutcome("hang")),
+        st.just(ToolOutcome("server_failed")),
+    )
+
+
+def _setting(default, values):
+    """The default first: hypothesis shrinks towards it, so a counterexample changes only what it must."""
+    return st.one_of(st.just(default), values)
+
+
+def settings() -> st.SearchStrategy[TutorConfig]:
+    d = TutorConfig()
+
+    def build(**values) -> TutorConfig:
+        config = TutorConfig(**values, llm="generated", cache_dir="")
+        _check(config)  # every generated setting is one the config layers would accept
+        return config
+
+    return st.builds(
+        build,
+        max_turns=_setting(d.max_turns, st.integers(1, 8)),
+        max_tool_calls=_setting(d.max_tool_calls, st.integers(1, 8)),
+        calls_per_plan_step=_setting(d.calls_per_plan_step, st.integers(0, 3)),
+        max_plan_tool_calls=_setting(d.max_plan_tool_calls, st.integers(1, 10)),
+        max_consecutive_failures=_setting(d.max_consecutive_failures, st.integers(1, 5)),
+        max_format_errors=_setting(d.max_format_errors, st.integers(1, 5)),
+        max_repeats=_setting(d.max_repeats, st.integers(0, 7)),
+        final_answer_round=_setting(d.final_answer_round, st.just(not d.final_answer_round)),
+        remaining_budget_notice=_setting(d.remaining_budget_notice, st.just(not d.remaining_budget_notice)),
+        wall_clock_s=_setting(d.wall_clock_s, st.integers(1, 8 * 40).map(lambda n: n / 8)),
+        tool_timeout_s=_setting(d.tool_timeout_s, st.integers(1, 8 * 10).map(lambda n: n / 8)),
+        max_auto_continues=_setting(d.max_auto_continues, st.integers(0, 3)),
+        max_run_tokens=_setting(d.max_run_tokens, st.integers(1, 3000)),
+    )
+
+
+def short_or_long(elements: st.SearchStrategy, longest: int) -> st.SearchStrategy[tuple]:
+    """Mostly one or two elements (a model that repeats itself, or alternates), sometimes up to ``longest``."""
+    return often(st.lists(elements, min_size=1, max_size=2), st.lists(elements, min_size=1, max_size=longest),
+                 weight=2).map(tuple)
+
+
+def failing_tools() -> st.SearchStrategy[ToolOutcome]:
+    """Tools that mostly fail: for the properties about what happens after failures."""
+    return st.one_of(often(st.just(ToolOutcome("error")), weight=4), st.just(ToolOutcome("ok")),
+                     st.just(ToolOutcome("hang")))
+
+
+def with_a_plan(world: World, steps: int) -> World:
+    """The same world, whose model declares a plan of ``steps`` calls on its first turn."""
+    first = world.script[0]
+    first = Reply("call", first.verb, first.tense, first.person, steps) if first.kind == "call" else \
+        Reply("call", steps=steps)
+    return World((first, *world.script[1:]), world.keeps_to_schema, world.outcomes, world.config)
+
+
+def worlds(tools: st.SearchStrategy[ToolOutcome] | None = None, plans: bool = False) -> st.SearchStrategy[World]:
+    if plans:  # half of them declare a plan on the first turn, which may raise the tool-call limit
+        return st.one_of(worlds(tools), st.builds(with_a_plan, worlds(tools), st.integers(1, 5)))
+    return st.builds(
+        World,
+        script=short_or_long(replies(), 6),
+        keeps_to_schema=st.booleans().map(lambda b: not b),  # shrinks to True: a model with a grammar
+        outcomes=short_or_long(tool_outcomes() if tools is None else tools, 5),
+        config=settings(),
+    )
+
+
+# --------------------------------------------------------------------------
+# The counterexample in words
+# --------------------------------------------------------------------------
+
+WORDS = {
+    "en": {
+        "call": "calls conjugate({verb}, {tense}, {person}{steps})",
+        "steps": ", a plan of {n} steps",
+        "list_tenses": "calls list_tenses",
+        "answer": "answers “{text}”",
+        "garbage": "replies with text that is not a valid action: `{text}`",
+        "ramble": "starts an answer that never ends: every piece is cut off (finish_reason length)",
+        "fail": "fails: the model server answers an error",
+        "cuts": ", cut off {n} time(s) by the token limit (finish_reason length)",
+        "seconds": ", taking {s:g} s",
+        "tokens": " ({p} prompt + {c} completion tokens)",
+        "one": "A model that {r}, again and again, for ever.",
+        "two": "A model that alternates two replies for ever: it {a}; then it {b}.",
+        "many": "A model that plays these {n} replies in a cycle, for ever:",
+        "grammar": "It never answers where the turn's schema offers no answer, and in the final round, where the "
+                   "answer is the only branch, it answers (as under a grammar).",
+        "no_grammar": "It answers whenever its script says so, offered or not (as a backend without a grammar).",
+        "ok": "returns a result", "error": "fails with a tool error",
+        "slow": "answers after {s:g} s", "hang": "never answers (it hangs until the timeout)",
+        "server_failed": "dies (the MCP server exits)",
+        "tools_one": "Every tool call {o}.",
+        "tools_many": "Each different tool call, in turn (the same call always gets the same): {o}.",
+        "settings": "Settings that differ from the defaults: {s}.",
+        "defaults": "Every setting at its default.",
+    },
+    "es": {
+        "call": "llama a conjugate({verb}, {tense}, {person}{steps})",
+        "steps": ", con un plan de {n} pasos",
+        "list_tenses": "llama a list_tenses",
+        "answer": "responde «{text}»",
+        "garbage": "contesta con un texto que no es una acción válida: `{text}`",
+        "ramble": "empieza una respuesta que no acaba nunca: cada trozo se corta (finish_reason length)",
+        "fail": "falla: el servidor del modelo devuelve un error",
+        "cuts": ", cortada {n} vez/veces por el límite de tokens (finish_reason length)",
+        "seconds": ", y tarda {s:g} s",
+        "tokens": " ({p} tokens de prompt + {c} de respuesta)",
+        "one": "Un modelo que {r}, una y otra vez, sin parar.",
+        "two": "Un modelo que alterna dos respuestas sin parar: {a}; después {b}.",
+        "many": "Un modelo que repite en ciclo estas {n} respuestas, sin parar:",
+        "grammar": "Nunca responde si el esquema del turno no ofrece la respuesta, y en la ronda final, donde la "
+                   "respuesta es la única rama, responde (como con una gramática).",
+        "no_grammar": "Responde cuando se lo dice su guion, se le ofrezca o no (como un backend sin gramática).",
+        "ok": "devuelve un resultado", "error": "falla con un error de la herramienta",
+        "slow": "contesta al cabo de {s:g} s", "hang": "no contesta nunca (se cuelga hasta el plazo)",
+        "server_failed": "se cae (el servidor MCP termina)",
+        "tools_one": "Cada llamada a una herramienta {o}.",
+        "tools_many": "Cada llamada distinta a una herramienta, por turnos (la misma llamada, siempre igual): {o}.",
+        "settings": "Ajustes distintos de los valores por defecto: {s}.",
+        "defaults": "Todos los ajustes con su valor por defecto.",
+    },
+}
+
+
+def number(text: str, lang: str) -> str:
+    """Spanish writes a decimal comma: 0.5 s -> 0,5 s (only numbers followed by " s" are touched)."""
+    return re.sub(r"(\d)\.(\d+) s\b", r"\1,\2 s", text) if lang == "es" else text
+
+
+def describe_reply(reply: Reply, lang: str) -> str:
+    w = WORDS[lang]
+    if reply.kind == "call":
+        steps = w["steps"].format(n=reply.steps) if reply.steps is not None else ""
+        text = w["call"].format(verb=reply.verb, tense=reply.tense, person=reply.person, steps=steps)
+    elif reply.kind in ("answer", "garbage"):
+        text = w[reply.kind].format(text=reply.text)
+    else:
+        text = w[reply.kind]
+    if reply.cuts and reply.kind not in ("ramble", "fail"):
+        text += w["cuts"].format(n=reply.cuts)
+    if reply.seconds:
+        text += number(w["seconds"].format(s=reply.seconds), lang)
+    if (reply.prompt_tokens, reply.completion_tokens) != (Reply.prompt_tokens, Reply.completion_tokens):
+        text += w["tokens"].format(p=reply.prompt_tokens, c=reply.completion_tokens)
+    return text
+
+
+def describe_world(world: World, lang: str = "en") -> str:
+    w = WORDS[lang]
+    script = [describe_reply(r, lang) for r in world.script]
+    if len(script) == 1:
+        lines = [w["one"].format(r=script[0])]
+    elif len(script) == 2 and world.script[0] != world.script[1]:
+        lines = [w["two"].format(a=script[0], b=script[1])]
+    else:
+        lines = [w["many"].format(n=len(script))] + [f"{i}. {s}" for i, s in enumerate(script, 1)]
+    lines.append(w["grammar"] if world.keeps_to_schema else w["no_grammar"])
+    outcomes = [number(w[o.kind].format(s=o.seconds), lang) for o in world.outcomes]
+    lines.append(w["tools_one"].format(o=outcomes[0]) if len(set(outcomes)) == 1
+                 else w["tools_many"].format(o="; ".join(outcomes)))
+    default = TutorConfig(llm="generated", cache_dir="")
+    changed = [f"`{f.name}={getattr(world.config, f.name)!r}`" for f in fields(TutorConfig)
+               if getattr(world.config, f.name) != getattr(default, f.name)]
+    lines.append(w["settings"].format(s=", ".join(changed)) if changed else w["defaults"])
+    return "\n".join(lines)
+
+
+__all__ = ["World", "Run", "Reply", "ToolOutcome", "worlds", "run_world", "Runaway", "HungForever", "FakeClock",
+           "describe_world"]
+
+
+# --------------------------------------------------------------------------
+# Reading a run back from its trace
+# --------------------------------------------------------------------------
+
+def call_key(tool: str, args: dict) -> str:
+    """The loop's identity of a call (``Action.call_key``), rebuilt from a trace event."""
+    return tool + json.dumps(args or {}, sort_keys=True)
+
+
+def is_final_piece(events: list[dict], i: int) -> bool:
+    """The model_action at ``i`` is the final-answer round's reply: a final_round event follows it."""
+    return i + 1 < len(events) and events[i + 1]["event"] == "final_round"
+
+
+def turns(events: list[dict]) -> list[list[dict]]:
+    """The model_action events grouped by turn (a turn ends with a piece not cut off); the final round left out.
+
+    The last group may be a turn that never ended (its pieces all cut off)."""
+    groups: list[list[dict]] = []
+    open_turn: list[dict] | None = None
+    for i, event in enumerate(events):
+        if event["event"] != "model_action" or is_final_piece(events, i):
+            continue
+        if open_turn is None:
+            open_turn = []
+            groups.append(open_turn)
+        open_turn.append(event)
+        if event["finish_reason"] != "length":
+            open_turn = None
+    return groups
+
+
+def steps(events: list[dict]) -> list[tuple[str, str]]:
+    """What the stuck detector is told: (call, result or error) for every call the model made, run or deduped."""
+    out, results, pending = [], {}, None
+    for event in events:
+        kind = event["event"]
+        if kind == "tool_call" and not event.get("forced"):
+            pending = call_key(event["tool"], event["args"])
+        elif kind == "tool_result" and pending is not None:
+            results[pending] = event["result"]
+            out.append((pending, event["result"]))
+            pending = None
+        elif kind == "tool_error" and pending is not None:
+            out.append((pending, "error: " + event["error"].split(": ", 1)[-1]))
+            pending = None
+        elif kind == "guard" and event["name"] == "dedup":
+            key = call_key(event["tool"], event["args"])
+            out.append((key, results[key]))
+    return out
+
+
+def stuck_at(steps_: list[tuple[str, str]], repeats: int, alternation: int = 6) -> int | None:
+    """The index of the first step that completes a stuck pattern (repeats in a row, or A/B alternation)."""
+    if repeats <= 0:
+        return None
+    for i in range(len(steps_)):
+        last = steps_[max(0, i + 1 - repeats):i + 1]
+        if len(last) == repeats and len(set(last)) == 1:
+            return i
+        window = steps_[max(0, i + 1 - alternation):i + 1]
+        if (len(window) == alternation and window[0] != window[1]
+                and set(window[0::2]) == {window[0]} and set(window[1::2]) == {window[1]}):
+            return i
+    return None

@@ -1,0 +1,106 @@
+"""The four configuration layers, on generated values: every valid value reaches TutorConfig, every wrong one
+is refused with a message that names the setting and what it expects."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from miniagent.agent.config import _BOOL_WORDS, ConfigError, TutorConfig, load_config
+
+INTS = [f.name for f in fields(TutorConfig) if f.type == "int"]
+MUST_BE_POSITIVE = ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_action_tokens", "max_run_tokens",
+                    "max_format_errors")
+ZERO_OR_MORE = ("n_threads", "max_repeats", "max_auto_continues")
+spellings = st.builds(lambda word, upper, pad: (word.upper() if upper else word).center(len(word) + pad),
+                      st.sampled_from(sorted(_BOOL_WORDS)), st.booleans(), st.integers(0, 2))
+
+
+@given(word=spellings, layer=st.sampled_from(("env", "cli")))
+def test_a_boolean_setting_takes_any_spelling_of_true_or_false(word, layer, tmp_path_factory):
+    """Any spelling of true or false, in any case and with spaces around it, reaches the loop as that value.
+
+    (es) Cualquier forma de escribir true o false, en mayúsculas o minúsculas y con espacios, llega al bucle con ese valor.
+    """
+    missing = tmp_path_factory.mktemp("cfg") / "none.toml"
+    env = {"MINIAGENT_CONFIG": str(missing), "MINIAGENT_FINAL_ANSWER_ROUND": word} if layer == "env" else \
+        {"MINIAGENT_CONFIG": str(missing)}
+    cli = {"final_answer_round": word} if layer == "cli" else {}
+    assert load_config(cli=cli, env=env).final_answer_round is _BOOL_WORDS[word.strip().lower()]
+
+
+@given(word=st.text(st.characters(codec="ascii", categories=("L", "N")), min_size=1, max_size=6)
+       .filter(lambda w: w.strip().lower() not in _BOOL_WORDS))
+def test_a_wrong_boolean_is_refused_naming_the_setting(word, tmp_path_factory):
+    """A value that is not true or false is refused, and the message names the setting and says true or false.
+
+    (es) Un valor que no es true ni false se rechaza, y el mensaje nombra el ajuste y dice true o false.
+    """
+    env = {"MINIAGENT_CONFIG": str(tmp_path_factory.mktemp("cfg") / "none.toml"), "MINIAGENT_FINAL_ANSWER_ROUND": word}
+    with pytest.raises(ConfigError, match=r"MINIAGENT_FINAL_ANSWER_ROUND: expected true or false"):
+        load_config(env=env)
+
+
+@given(name=st.sampled_from(INTS), value=st.integers(-3, 50), given_as=st.sampled_from(("cli", "env", "file")),
+       others=st.dictionaries(st.sampled_from([n for n in INTS if n != "n_ctx"]), st.one_of(st.none(),
+                              st.integers(1, 9)), max_size=3))
+def test_an_integer_setting_reaches_the_config_or_is_refused_by_name(name, value, given_as, others,
+                                                                      tmp_path_factory):
+    """An integer setting from any layer reaches TutorConfig as given, or is refused with a message naming it;
+    flags left out (None) change nothing.
+
+    (es) Un ajuste entero, venga de la capa que venga, llega a TutorConfig tal cual o se rechaza con un mensaje
+    que lo nombra; las opciones que no se dan (None) no cambian nada.
+    """
+    folder = tmp_path_factory.mktemp("cfg")
+    file = folder / "miniagent.toml"
+    file.write_text(f"[miniagent]\n{name} = {value}\n" if given_as == "file" else "", encoding="utf-8")
+    env = {"MINIAGENT_CONFIG": str(file), "MINIAGENT_N_CTX": "",  # an empty variable is a variable not set
+           **({f"MINIAGENT_{name.upper()}": str(value)} if given_as == "env" else {})}
+    cli = {k: v for k, v in others.items() if k != name}
+    if given_as == "cli":
+        cli[name] = value
+    lowest = 1 if name in MUST_BE_POSITIVE else 0 if name in ZERO_OR_MORE else None
+    if lowest is not None and value < lowest:
+        with pytest.raises(ConfigError, match=name):
+            load_config(cli=cli, env=env)
+        return
+    config = load_config(cli=cli, env=env)
+    assert getattr(config, name) == value
+    if name != "n_ctx":
+        assert config.n_ctx == TutorConfig().n_ctx
+    for other, given_value in cli.items():
+        assert getattr(config, other) == (given_value if given_value is not None else getattr(TutorConfig(), other))
+
+
+@given(name=st.sampled_from(("wall_clock_s", "tool_timeout_s")), value=st.sampled_from((0.0, -1.0, 0.001, 2.5)))
+def test_a_time_limit_must_be_positive(name, value):
+    """A time limit of zero or less is refused by name; any positive one reaches the config.
+
+    (es) Un plazo de cero o menos se rechaza nombrándolo; cualquiera positivo llega a la configuración.
+    """
+    if value <= 0:
+        with pytest.raises(ConfigError, match=f"{name} must be positive"):
+            load_config(cli={name: value}, env={})
+    else:
+        assert getattr(load_config(cli={name: value}, env={}), name) == value
+
+
+def test_the_environment_is_read_when_none_is_given(monkeypatch, tmp_path):
+    monkeypatch.setenv("MINIAGENT_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("MINIAGENT_MAX_TURNS", "3")
+    assert load_config().max_turns == 3
+
+
+def test_unknown_settings_and_missing_files_are_named(tmp_path):
+    with pytest.raises(ConfigError, match="unknown setting 'max_turnz'"):
+        load_config(cli={"max_turnz": 3}, env={})
+    with pytest.raises(ConfigError, match="config file not found: .*nowhere.toml"):
+        load_config(path=tmp_path / "nowhere.toml", env={})
+    for name, message in (("n_threads", "0 \\(auto\\) or more"), ("max_repeats", "0 \\(off\\) or more"),
+                          ("max_auto_continues", "0 or more")):
+        with pytest.raises(ConfigError, match=f"{name} must be {message}"):
+            load_config(cli={name: -1}, env={})
