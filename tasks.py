@@ -139,13 +139,14 @@ def fix(c, variant):
         _refuse(err)
 
 
-@task(help={"variant": "only the guard tests of this break (default: all guard tests)"})
-def check(c, variant=None):
-    """Run the guard tests against your own source: green means your fix holds."""
+@task(positional=["variant"], help={"variant": "a break (alias, id or number), or 'all' for every guard test",
+                                    "dry_run": "only list the guard tests, without running them"})
+def check(c, variant, dry_run=False):
+    """Run a break's guard tests against your own source: green means your fix holds."""
     from miniagent.lab.breaks import BreakError
 
     try:
-        sys.exit(_lab().check(variant))
+        sys.exit(_lab().check(variant, dry_run=dry_run))
     except BreakError as err:
         _refuse(err)
 

@@ -157,7 +157,7 @@ def test_a_run_that_never_reaches_the_broken_code_is_not_exercised_and_not_score
                          question="What is the past simple of go for she?")
         assert record.outcome == "answer" and record.needs_met is False and record.expect_failures is None
         shown = screen.export_text()
-        assert "NOT EXERCISED" in shown and "invoke exp --variant no-breaker" in shown
+        assert "NOT EXERCISED" in shown and "invoke exp no-breaker" in shown
         notes = path.read_text()
         assert "| outcome | fallback | answer | not exercised |" in notes and "exercised: no" in notes
     finally:

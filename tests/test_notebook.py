@@ -241,9 +241,9 @@ def test_render_and_how_to():
     plain = console.export_text()
     assert "hit" in plain and "miss" in plain and "not predicted" in plain
     message = how_to_predict("00-no-cap", "bea")
-    assert "invoke predict --variant no-cap --learner bea" in message
+    assert "invoke predict no-cap --learner bea" in message
     assert "learners/bea/phase-32/notes/breaks.md" in message
-    assert "invoke exp --variant no-cap --learner bea" in message
+    assert "invoke exp no-cap --learner bea" in message
 
 
 def test_worked_example_reads():
@@ -266,7 +266,7 @@ def test_a_run_that_never_exercised_the_break_scores_nothing(tmp_path):
     assert "| processes_left | 1 | 0 | not exercised |" in text and "| miss |" not in text
     assert "machine: busy (other programs 101.3 % CPU)\nexercised: no\n```" in text
     assert "never exercised the break (it needs 1 tool calls" in text
-    assert "invoke exp --variant orphan-server --learner bea" in text
+    assert "invoke exp orphan-server --learner bea" in text
     console = Console(record=True, width=120)
     console.print(render_comparison(rows))
     assert "not exercised" in console.export_text() and "miss" not in console.export_text()

@@ -834,7 +834,8 @@ def load_record(path: Path) -> RunRecord:
 # --------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m miniagent.lab.harness`` (the docs' commands are checked against it)."""
     parser = argparse.ArgumentParser(prog="python -m miniagent.lab.harness",
                                      description="Run a command under the harness: time limit, tree CPU, kill, "
                                                  "leftovers.")
@@ -851,6 +852,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after launch nothing runs beyond (default max(60, 3 x timeout) with "
                              "--clock loop or --needs)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python -m miniagent ask ...")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:

@@ -59,7 +59,7 @@ TEMPLATE_LEARNER = "_template"
 _DEFAULT_HEADER = (
     "# My predictions for the breaks\n"
     "\n"
-    "Predict first, then run: `invoke predict --variant ID --learner NAME` adds a\n"
+    "Predict first, then run: `invoke predict ID --learner NAME` adds a\n"
     "section here; replace each `?`, say why, then run `invoke exp`.  These notes\n"
     "are yours: the lab only ever appends to this file.\n"
 )
@@ -508,7 +508,7 @@ def append_observation(root: str | os.PathLike, learner: str, variant_id: str, o
         needs = ", ".join(f"{n} {key.replace('_', ' ')}" for key, n in (observed.get("needs") or {}).items())
         parts += [f"This run never exercised the break (it needs {needs or 'more of the loop'} before its "
                   "timeout may end it), so it says nothing about the prediction and nothing was scored. "
-                  f"Run it again: `invoke exp --variant {alias_of(variant_id)} --learner {learner}`.", ""]
+                  f"Run it again: `invoke exp {alias_of(variant_id)} --learner {learner}`.", ""]
     elif observed.get("machine_busy"):
         parts += ["The machine was busy during this run: wall time and CPU figures are disturbed.", ""]
     if rows:
@@ -566,8 +566,8 @@ def how_to_predict(variant_id: str, learner: str) -> str:
     return (
         f"You have no prediction for {variant_id} yet. Predict first: the lesson is the gap\n"
         f"between what you expect and what happens.\n"
-        f"  1. invoke predict --variant {alias} --learner {learner}\n"
+        f"  1. invoke predict {alias} --learner {learner}\n"
         f"  2. open {notes} and replace each ? in the prediction block with your guess\n"
         f"     (and write a line under 'Why I think so')\n"
-        f"  3. run the experiment again: invoke exp --variant {alias} --learner {learner}"
+        f"  3. run the experiment again: invoke exp {alias} --learner {learner}"
     )

@@ -35,7 +35,7 @@ RUNS = ROOT / "runs"
 
 
 def list_breaks() -> None:
-    console.print("[bold]The break catalogue[/]: `invoke exp --variant ALIAS` runs one, `invoke break ALIAS` applies it")
+    console.print("[bold]The break catalogue[/]: `invoke exp ALIAS` runs one, `invoke break ALIAS` applies it")
     for brk in catalogue():
         model = "real model" if brk.real_model else f"stand-in {brk.llm}"
         applied = " [red](applied in your src/)[/]" if is_applied(brk) else ""
@@ -57,11 +57,24 @@ def fix_tree(variant: str) -> None:
     console.print(f"[bold green]{brk.id}[/] reverted: src/ is as before the break.")
 
 
-def check(variant: str | None) -> int:
-    """Run the guard tests of one break (or all guard tests) against the learner's own source."""
-    tests = find(variant).tests if variant else ["tests/test_guards.py", "tests/test_config.py",
-                                                 "tests/test_no_orphans.py"]
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "--timeout", "60", *tests], cwd=ROOT).returncode
+ALL = "all"
+GUARD_TESTS = ["tests/test_guards.py", "tests/test_config.py", "tests/test_no_orphans.py"]
+
+
+def guard_tests(variant: str) -> list[str]:
+    """The guard tests of one break, or every guard test for ``all``."""
+    return list(GUARD_TESTS) if variant == ALL else find(variant).tests
+
+
+def check(variant: str, *, dry_run: bool = False) -> int:
+    """Run the guard tests of one break (or all of them) against the learner's own source.
+
+    ``dry_run``: only collect them (pytest --collect-only), which proves they exist, and list them.
+    """
+    tests = guard_tests(variant)
+    mode = ["--collect-only"] if dry_run else ["--timeout", "60"]
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *mode, *tests],
+                          cwd=ROOT).returncode
 
 
 def predict(variant: str, learner: str) -> None:
@@ -69,7 +82,7 @@ def predict(variant: str, learner: str) -> None:
     path, created = notebook.add_prediction(ROOT, learner, brk.id, brk.title["en"])
     if created:
         console.print(f"Added a prediction section for {brk.id} to {path.relative_to(ROOT)}.\n"
-                      f"Fill in the values, say why, then run `invoke exp --variant {brk.alias} --learner {learner}`.")
+                      f"Fill in the values, say why, then run `invoke exp {brk.alias} --learner {learner}`.")
     else:
         console.print(f"You already have a prediction section for {brk.id} in {path.relative_to(ROOT)}; edit it there.")
 
@@ -149,7 +162,7 @@ def verdict(brk: Break | None, record: RunRecord, learner: str | None = None) ->
         out.append(("yellow", busy))
     if brk is None:
         return out
-    rerun = f"`invoke exp --variant {brk.alias}" + (f" --learner {learner}`" if learner else "`")
+    rerun = f"`invoke exp {brk.alias}" + (f" --learner {learner}`" if learner else "`")
     if record.needs_met is False:
         needs = ", ".join(f"{n} {key.replace('_', ' ')}" for key, n in brk.needs.items())
         got = ", ".join(f"{getattr(record, key)} {key.replace('_', ' ')}" for key in brk.needs)
@@ -235,7 +248,7 @@ def _tour_runs(learner: str | None, as_json: bool, llm: str | None) -> list[dict
         console.rule(escape(f"{brk.id}: {brk.title['en']}"))
         prediction = notebook.read_prediction(ROOT, learner, brk.id) if learner else None
         if learner and prediction is None:
-            console.print(f"(no prediction for {brk.id} in your notes: `invoke predict --variant {brk.alias} "
+            console.print(f"(no prediction for {brk.id} in your notes: `invoke predict {brk.alias} "
                           f"--learner {learner}` first to be scored)")
         record = exp(brk.alias, learner=learner if prediction and not as_json else None, live=not as_json, llm=llm)
         rows = notebook.compare(prediction, record.to_dict()) if prediction and record else []
