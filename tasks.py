@@ -117,37 +117,106 @@ def breaks(c):
     _lab().list_breaks()
 
 
-@task(name="break", help={"variant": "a break: alias (no-cap), id (00-no-cap) or number (00)"})
-def break_(c, variant):
-    """Apply a break to your working tree (refuses, changing nothing, if your edits conflict)."""
+LEARNER_HELP = "your name, your folder under learners/ (remembered: needed once)"
+LANG_HELP = "en | es (default: the language of your notebook)"
+
+
+def _errors():
+    """The learner-facing refusals: a clear message and exit status 2, never a traceback."""
     from miniagent.lab.breaks import BreakError
+    from miniagent.lab.notebook import PredictionError
+    from miniagent.lab.progress import StateError
+
+    return BreakError, PredictionError, StateError, ValueError
+
+
+def _who(learner, required=False):
+    """The learner named here, else the one who ran a command last (None, or a refusal if required)."""
+    from miniagent.lab.progress import resolve_learner
 
     try:
-        _lab().break_tree(variant)
-    except BreakError as err:
+        return resolve_learner(ROOT, learner, required=required)
+    except ValueError as err:
         _refuse(err)
 
 
-@task(help={"variant": "the break to revert"})
-def fix(c, variant):
-    """Revert a break exactly (refuses if you edited the same lines since)."""
-    from miniagent.lab.breaks import BreakError
-
+@task(name="break", positional=["variant"], help={
+    "variant": "a break: alias (no-cap), id (00-no-cap) or number (00)", "learner": LEARNER_HELP})
+def break_(c, variant, learner=None):
+    """Apply a break to your working tree (refuses, changing nothing, if your edits conflict)."""
     try:
-        _lab().fix_tree(variant)
-    except BreakError as err:
+        _lab().break_tree(variant, _who(learner))
+    except _errors() as err:
+        _refuse(err)
+
+
+@task(positional=["variant"], help={"variant": "the break to revert", "learner": LEARNER_HELP})
+def fix(c, variant, learner=None):
+    """Revert a break exactly (refuses if you edited the same lines since)."""
+    try:
+        _lab().fix_tree(variant, _who(learner))
+    except _errors() as err:
         _refuse(err)
 
 
 @task(positional=["variant"], help={"variant": "a break (alias, id or number), or 'all' for every guard test",
-                                    "dry_run": "only list the guard tests, without running them"})
-def check(c, variant, dry_run=False):
+                                    "dry_run": "only list the guard tests, without running them",
+                                    "learner": LEARNER_HELP})
+def check(c, variant, dry_run=False, learner=None):
     """Run a break's guard tests against your own source: green means your fix holds."""
-    from miniagent.lab.breaks import BreakError
-
     try:
-        sys.exit(_lab().check(variant, dry_run=dry_run))
-    except BreakError as err:
+        code = _lab().check(variant, dry_run=dry_run, learner=_who(learner))
+    except _errors() as err:
+        _refuse(err)
+    sys.exit(code)
+
+
+@task(positional=["variant"], help={"variant": "the break you are fixing", "learner": LEARNER_HELP,
+                                    "lang": LANG_HELP})
+def hint(c, variant, learner=None, lang=None):
+    """The next hint for a break: 1, then 2, then 3 (remembered in your progress)."""
+    try:
+        _lab().hint(variant, _who(learner, required=True), lang)
+    except _errors() as err:
+        _refuse(err)
+
+
+@task(help={"learner": LEARNER_HELP, "lang": LANG_HELP})
+def progress(c, learner=None, lang=None):
+    """Every break with your state (predicted, run, broken, fixed, hints) and what to do next."""
+    try:
+        _lab().progress_report(_who(learner, required=True), lang)
+    except _errors() as err:
+        _refuse(err)
+
+
+@task(name="next", help={"learner": LEARNER_HELP, "lang": LANG_HELP})
+def next_(c, learner=None, lang=None):
+    """The next break to work on, with the commands for it."""
+    try:
+        _lab().next_break(_who(learner, required=True), lang)
+    except _errors() as err:
+        _refuse(err)
+
+
+@task(positional=["variant"], help={"variant": "the break whose guard tests to run (or 'all')",
+                                    "learner": LEARNER_HELP, "lang": LANG_HELP})
+def watch(c, variant, learner=None, lang=None):
+    """Re-run a break's guard tests every time you save a file under src/ (Ctrl-C to stop)."""
+    try:
+        code = _lab().watch_tree(variant, _who(learner), lang)
+    except _errors() as err:
+        _refuse(err)
+    sys.exit(code)
+
+
+@task(positional=["variant"], help={"variant": "the break to put back to its intact source",
+                                    "learner": LEARNER_HELP, "lang": LANG_HELP})
+def reset(c, variant, learner=None, lang=None):
+    """Back to the intact source for this break only (your other edits stay; replaced lines are saved)."""
+    try:
+        _lab().reset_tree(variant, _who(learner), lang)
+    except _errors() as err:
         _refuse(err)
 
 

@@ -82,8 +82,8 @@ class PredictionError(ValueError):
 _LEARNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def notebook_path(root: str | os.PathLike = ".", learner: str = "") -> Path:
-    """``ROOT/learners/NAME/phase-32/notes/breaks.md``.
+def learner_folder(root: str | os.PathLike = ".", learner: str = "") -> Path:
+    """``ROOT/learners/NAME``: everything of one learner.
 
     The name becomes a folder, so it must be a plain name: no slashes, no
     ``..``, and not starting with ``_`` (``_template`` is the lab's, not a
@@ -94,7 +94,12 @@ def notebook_path(root: str | os.PathLike = ".", learner: str = "") -> Path:
             f"learner name {learner!r} is not usable as a folder name: "
             "use letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
-    return Path(root) / "learners" / learner / NOTEBOOK_RELPATH
+    return Path(root) / "learners" / learner
+
+
+def notebook_path(root: str | os.PathLike = ".", learner: str = "") -> Path:
+    """``ROOT/learners/NAME/phase-32/notes/breaks.md``."""
+    return learner_folder(root, learner) / NOTEBOOK_RELPATH
 
 
 def alias_of(variant_id: str) -> str:

@@ -24,9 +24,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from . import notebook
+from . import notebook, progress
 from .breaks import ROOT, Break, BreakError, agent_command, apply_to_tree, catalogue, find, is_applied, \
-    make_sandbox, revert_in_tree, source_digest
+    make_sandbox, reset_in_tree, revert_in_tree, source_digest
 from .harness import RunRecord, deadline_note, machine_note, run_experiment, save_record, summary
 
 console = Console()
@@ -43,38 +43,175 @@ def list_breaks() -> None:
                       highlight=False)
 
 
-def break_tree(variant: str) -> None:
+def break_tree(variant: str, learner: str | None = None) -> None:
     brk = find(variant)
+    _state_readable(learner)
     apply_to_tree(brk)
+    _mark(learner, brk, broken_at=progress.now())
     console.print(f"[bold red]{brk.id}[/] applied to src/: {escape(brk.removes)}.\n"
-                  f"Study the diff with `git diff src/`, run `invoke check {brk.alias}` to see the guard tests "
-                  f"fail, fix it yourself, or `invoke fix {brk.alias}` to revert exactly.")
+                  f"Study the diff with `git diff src/`, then fix it yourself: `invoke watch {brk.alias}` runs its "
+                  f"guard tests on every save, `invoke hint {brk.alias}` gives one hint at a time. "
+                  f"`invoke fix {brk.alias}` reverts it exactly.")
 
 
-def fix_tree(variant: str) -> None:
+def fix_tree(variant: str, learner: str | None = None) -> None:
     brk = find(variant)
+    _state_readable(learner)
     revert_in_tree(brk)
+    _mark(learner, brk, broken_at=None, reverted_at=progress.now())
     console.print(f"[bold green]{brk.id}[/] reverted: src/ is as before the break.")
+
+
+# --- the exercise loop: state, hints, progress, next, reset, watch ---------------------------------------
+def _state_readable(learner: str | None) -> None:
+    """Refuse before doing anything when the learner's state file is bad (it is never overwritten)."""
+    if learner:
+        progress.load(ROOT, learner)
+
+
+def _mark(learner: str | None, brk: Break, **values) -> None:
+    if learner:
+        progress.update(ROOT, learner, lambda state: progress.break_state(state, brk.id).update(values))
+
+
+def _verified(learner: str | None, brk: Break) -> bool:
+    """After green guard tests: if you broke this break and it is no longer applied, it is fixed by you."""
+    if not learner or is_applied(brk) or not progress.load(ROOT, learner)["breaks"].get(brk.id, {}).get("broken_at"):
+        return False
+    _mark(learner, brk, fixed_at=progress.now(), broken_at=None)
+    return True
+
+
+TEXT = {
+    "en": {"hint": "Hint {n} of {total} for {id}", "more": "Run `invoke hint {alias}` again for hint {next}.",
+           "last": "That was the last hint. The hidden cause is folded on the break's page.",
+           "all_seen": "You have seen all {total} hints for {id}:",
+           "verified": "{id}: fixed and verified by you. `invoke next` shows what comes next.",
+           "intact": "{id}: src/ is already intact for this break; nothing changed.",
+           "reverted": "{id}: reverted exactly (the break was applied as it was).",
+           "merged": "{id}: its lines are intact again in {files}; your other edits stay.",
+           "backup": "Your version before the reset is saved in {backup}."},
+    "es": {"hint": "Pista {n} de {total} para {id}", "more": "Vuelve a ejecutar `invoke hint {alias}` para la pista {next}.",
+           "last": "Era la última pista. La causa oculta está plegada en la página de la rotura.",
+           "all_seen": "Ya has visto las {total} pistas de {id}:",
+           "verified": "{id}: arreglada por ti y comprobada. `invoke next` te dice qué sigue.",
+           "intact": "{id}: src/ ya está intacto para esta rotura; no ha cambiado nada.",
+           "reverted": "{id}: revertida exactamente (la rotura estaba aplicada tal cual).",
+           "merged": "{id}: sus líneas vuelven a estar intactas en {files}; el resto de tus cambios se queda.",
+           "backup": "Tu versión de antes de restablecer está guardada en {backup}."},
+}
+
+
+def hint(variant: str, learner: str, lang: str | None = None) -> int:
+    """Show the next hint (1, then 2, then 3) and remember it; returns its number."""
+    brk = find(variant)
+    lang = progress.learner_lang(ROOT, learner, lang)
+    t = TEXT[lang]
+    hints = brk.hints.get(lang) or brk.hints["en"]
+
+    def take(state: dict) -> tuple[int, bool]:
+        b = progress.break_state(state, brk.id)
+        seen = b.get("hints") or 0
+        b["hints"] = min(seen + 1, len(hints))
+        return b["hints"], seen >= len(hints)
+
+    n, all_seen = progress.update(ROOT, learner, take)
+    if all_seen:
+        console.print(t["all_seen"].format(total=len(hints), id=brk.id), style="bold", highlight=False)
+        for i, text in enumerate(hints, 1):
+            console.print(f"  {i}. {text}", markup=False, highlight=False)
+        return n
+    console.print(t["hint"].format(n=n, total=len(hints), id=brk.id), style="bold", highlight=False)
+    console.print(f"  {hints[n - 1]}", markup=False, highlight=False)
+    console.print(t["more"].format(alias=brk.alias, next=n + 1) if n < len(hints) else t["last"],
+                  style="dim", markup=False, highlight=False)
+    return n
+
+
+def progress_report(learner: str, lang: str | None = None) -> list[progress.Row]:
+    """Every break with its state, then what to do next."""
+    lang = progress.learner_lang(ROOT, learner, lang)
+    t = progress.TEXT[lang]
+    rows = progress.rows(ROOT, learner, lang)
+    table = Table(title=t["title"].format(learner=learner), title_justify="left")
+    for i, column in enumerate(t["cols"]):
+        table.add_column(column, no_wrap=i == 0)
+    for r in rows:
+        predicted = t["unreadable"] if r.predicted is None else t["yes"] if r.predicted else t["no"]
+        runs = f"{r.runs} ({r.hits}/{r.fields})" if r.runs and r.fields else str(r.runs) if r.runs else t["no"]
+        broken = t["now"] if r.applied else t["yes"] if r.broken else t["no"]
+        cells = [r.break_id, predicted, runs, broken, t["yes"] if r.fixed else t["no"], f"{r.hints}/{r.hints_total}"]
+        table.add_row(*(Text(c) for c in cells), style="green" if r.fixed else "red" if r.applied else None)
+    console.print(table)
+    for line in progress.next_steps(ROOT, learner, progress.next_row(rows), lang):
+        console.print(line, markup=False, highlight=False)
+    return rows
+
+
+def next_break(learner: str, lang: str | None = None) -> progress.Row | None:
+    """The break to work on now, and the commands for it."""
+    lang = progress.learner_lang(ROOT, learner, lang)
+    row = progress.next_row(progress.rows(ROOT, learner, lang))
+    for line in progress.next_steps(ROOT, learner, row, lang):
+        console.print(line, markup=False, highlight=False)
+    return row
+
+
+def reset_tree(variant: str, learner: str | None = None, lang: str | None = None) -> None:
+    """Back to the intact source for one break only; anything replaced is saved first."""
+    brk = find(variant)
+    _state_readable(learner)
+    lang = progress.learner_lang(ROOT, learner, lang) if learner else (lang or "en")
+    t = TEXT[lang]
+    result = reset_in_tree(brk)
+    if result.how != "intact":
+        _mark(learner, brk, broken_at=None, reverted_at=progress.now())
+    console.print(t[result.how].format(id=brk.id, files=", ".join(result.files)), markup=False, highlight=False)
+    if result.backup:
+        console.print(t["backup"].format(backup=result.backup), markup=False, highlight=False)
+
+
+def watch_tree(variant: str, learner: str | None = None, lang: str | None = None, max_runs: int | None = None) -> int:
+    """``invoke watch``: the guard tests on every save; green after you broke it marks it fixed."""
+    from .watch import watch
+
+    brk = None if variant == ALL else find(variant)
+    _state_readable(learner)
+    lang = progress.learner_lang(ROOT, learner, lang) if learner else (lang or "en")
+
+    def on_result(green: bool) -> None:
+        if green and brk is not None and _verified(learner, brk):
+            console.print(TEXT[lang]["verified"].format(id=brk.id), style="bold green", highlight=False)
+
+    return watch(variant, ROOT, lang=lang, max_runs=max_runs, console=console, on_result=on_result)
 
 
 ALL = "all"
 GUARD_TESTS = ["tests/test_guards.py", "tests/test_config.py", "tests/test_no_orphans.py"]
 
 
-def guard_tests(variant: str) -> list[str]:
+def guard_tests(variant: str, root: Path = ROOT) -> list[str]:
     """The guard tests of one break, or every guard test for ``all``."""
-    return list(GUARD_TESTS) if variant == ALL else find(variant).tests
+    return list(GUARD_TESTS) if variant == ALL else find(variant, root).tests
 
 
-def check(variant: str, *, dry_run: bool = False) -> int:
+def check(variant: str, *, dry_run: bool = False, learner: str | None = None) -> int:
     """Run the guard tests of one break (or all of them) against the learner's own source.
 
     ``dry_run``: only collect them (pytest --collect-only), which proves they exist, and list them.
+    Green after the learner broke this break (and it is no longer applied): fixed and verified by them.
     """
     tests = guard_tests(variant)
+    _state_readable(learner)
     mode = ["--collect-only"] if dry_run else ["--timeout", "60"]
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *mode, *tests],
+    code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *mode, *tests],
                           cwd=ROOT).returncode
+    if code == 0 and not dry_run and variant != ALL:
+        brk = find(variant)
+        if _verified(learner, brk):
+            lang = progress.learner_lang(ROOT, learner)
+            console.print(TEXT[lang]["verified"].format(id=brk.id), style="bold green", highlight=False)
+    return code
 
 
 def predict(variant: str, learner: str) -> None:
@@ -99,6 +236,7 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
     # Hypothesis: a learner who names themselves predicts first.
     prediction = None
     if learner and brk is not None:
+        _state_readable(learner)  # a bad progress file stops the run before it starts, not after
         prediction = notebook.read_prediction(ROOT, learner, brk.id)
         if prediction is None:
             console.print(notebook.how_to_predict(brk.id, learner), markup=False, highlight=False)
@@ -143,7 +281,14 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
         path = notebook.append_observation(ROOT, learner, brk.id, record.to_dict(), rows, json_path, svg_path,
                                            when=stamp)
         console.print(f"Observation appended to {path.relative_to(ROOT)}.")
+        scored = [r.hit for r in rows if r.hit is not None]
+        if scored:
+            progress.update(ROOT, learner, lambda state: _count_run(progress.break_state(state, brk.id), scored))
     return record
+
+
+def _count_run(state: dict, scored: list[bool]) -> None:
+    state.update(runs=(state.get("runs") or 0) + 1, hits=sum(scored), fields=len(scored))
 
 
 def _own_setup(brk: Break, question: str, llm: str, flags: list[str]) -> bool:
@@ -451,4 +596,5 @@ def _env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
 
 
-__all__ = ["BreakError", "list_breaks", "break_tree", "fix_tree", "check", "predict", "exp", "tour", "check_breaks"]
+__all__ = ["BreakError", "list_breaks", "break_tree", "fix_tree", "check", "predict", "exp", "tour", "check_breaks",
+           "hint", "progress_report", "next_break", "reset_tree", "watch_tree"]
