@@ -56,6 +56,7 @@ TEXT = {
         "hint": "Hint {n}",
         "sym_label": {"outcome": "Outcome", "cpu": "CPU", "trace": "Trace"},
         "sym_head": "| What you see | |",
+        "sym_fold": "What you will see (open it once you have written your prediction)",
         "real": "**Model: the real one.** This break is reproduced with the lab's own model, Gemma 3 270M "
                 "run by llama.cpp (`--llm llama`).",
         "stand_in": "**Model: a named stand-in, `{llm}`** ({what}). The real model does not reproduce this "
@@ -86,6 +87,7 @@ TEXT = {
         "hint": "Pista {n}",
         "sym_label": {"outcome": "Resultado", "cpu": "CPU", "trace": "Traza"},
         "sym_head": "| Lo que ves | |",
+        "sym_fold": "Lo que verás (ábrelo cuando hayas escrito tu predicción)",
         "real": "**Modelo: el de verdad.** Esta rotura se reproduce con el modelo del propio laboratorio, "
                 "Gemma 3 270M ejecutado con llama.cpp (`--llm llama`).",
         "stand_in": "**Modelo: un sustituto con nombre, `{llm}`** ({what}). El modelo de verdad no "
@@ -255,7 +257,8 @@ def _symptom_fragment(data: dict, lang: str) -> str:
                 fallback = True
         rows.append(f"| **{t['sym_label'].get(key, key)}** | {_cell(text)} |")
     note = "\n*Textos en inglés, tal como figuran en el catálogo.*\n" if fallback and lang == "es" else ""
-    return "\n".join(rows) + "\n" + note
+    # Folded until opened: the learner predicts first, then looks.
+    return f'??? danger "{t["sym_fold"]}"\n' + _indent("\n".join(rows) + "\n" + note) + "\n"
 
 
 def _hints_fragment(data: dict, lang: str) -> str:

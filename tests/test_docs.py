@@ -76,3 +76,42 @@ def test_the_tour_predicts_every_break(page: str) -> None:
     named = set(loop.replace("\\", " ").split())
     aliases = {folder.name.split("-", 1)[1] for folder in (ROOT / "breaks").iterdir() if folder.is_dir()}
     assert named == aliases
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory) -> Path:
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("mkdocs is not installed")
+    site = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--config-file", str(ROOT / "mkdocs.yml"),
+                    "--site-dir", str(site)], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    return site
+
+
+def _break_pages() -> list[str]:
+    return sorted(p.name.removesuffix(".md") for p in (DOCS / "breaks").glob("[0-9][0-9]-*.md")
+                  if not p.name.endswith(".es.md"))
+
+
+@pytest.mark.parametrize("lang", ["en", "es"])
+def test_break_pages_fold_the_symptom_the_results_and_the_cause(built_site, lang):
+    """Predict first: what a break does is folded (closed <details>) until the learner opens it,
+    and no heading inside a fold reaches the table of contents."""
+    import re
+
+    for name in _break_pages():
+        html = (built_site / ("es/" if lang == "es" else "") / "breaks" / name / "index.html").read_text(encoding="utf-8")
+        article = html[html.index("<article"):html.index("</article>")]
+        folds = re.findall(r"<details class=\"(\w+)\">(.*?)</details>", article, re.S)
+        kinds = [kind for kind, _ in folds]
+        assert "danger" in kinds and "example" in kinds and "warning" in kinds, f"{lang} {name}: {kinds}"
+        symptom = next(body for kind, body in folds if kind == "danger")
+        results = next(body for kind, body in folds if kind == "example")
+        assert "<table>" in symptom and "<table>" in results, f"{lang} {name}"
+        assert "docs-results" in results, f"{lang} {name}: the measured table is inside the fold"
+        assert all("<h" not in body for _, body in folds), f"{lang} {name}: a heading inside a fold"
+        # nothing folded is shown unfolded as well: the chart, the symptom table, the measured table
+        outside = re.sub(r"<details.*?</details>", "", article, flags=re.S)
+        assert "assets/results/" not in outside and "What you see" not in outside and "Lo que ves" not in outside
+        assert "stop_reason</td>" not in outside, f"{lang} {name}: a measured table outside its fold"
+        assert "<details open" not in article, f"{lang} {name}: a fold is open by default"
