@@ -220,14 +220,14 @@ def reset(c, variant, learner=None, lang=None):
         _refuse(err)
 
 
-@task(help={"variant": "the break to predict", "learner": "your name (folder under learners/)"})
-def predict(c, variant, learner):
-    """Add a prediction section for a break to learners/NAME/phase-32/notes/breaks.md (never overwrites)."""
-    from miniagent.lab.breaks import BreakError
-
+@task(positional=["variant"], help={
+    "variant": "the break to predict", "learner": LEARNER_HELP,
+    "lang": "en | es: your notebook's language, chosen once (the first time; default en)"})
+def predict(c, variant, learner=None, lang=None):
+    """Add a prediction section for a break to learners/NAME/notebook.md (never overwrites)."""
     try:
-        _lab().predict(variant, learner)
-    except (BreakError, ValueError) as err:
+        _lab().predict(variant, _who(learner, required=True), lang)
+    except _errors() as err:
         _refuse(err)
 
 

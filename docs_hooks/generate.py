@@ -65,6 +65,7 @@ TEXT = {
         "ci": "The maintainer check (`invoke check-breaks`) runs it with `{ci}` to stay fast; "
               "`invoke check-breaks --real` uses the model above.",
         "run_intro": "Replace `<you>` with your name (it becomes your folder under `learners/`).",
+        "you": "<you>", "lang_flag": "",
         "run_predict": "# 1. write your prediction first (adds a section to your notebook)",
         "run_exp": "# 2. run the break from a sandbox copy, under the harness",
         "run_table": "What `invoke exp` uses for this break (change it with `--input`, `--timeout`, `--llm`):",
@@ -95,7 +96,9 @@ TEXT = {
         "stand_in_nowhy": "**Modelo: un sustituto con nombre, `{llm}`** ({what}).",
         "ci": "La comprobación de mantenimiento (`invoke check-breaks`) la ejecuta con `{ci}` para ir "
               "rápido; `invoke check-breaks --real` usa el modelo de arriba.",
-        "run_intro": "Cambia `<you>` por tu nombre (será tu carpeta dentro de `learners/`).",
+        "run_intro": "Cambia `<tu-nombre>` por tu nombre (será tu carpeta dentro de `learners/`). La primera vez, "
+                     "`--lang es` crea tu cuaderno en español; después se puede omitir.",
+        "you": "<tu-nombre>", "lang_flag": " --lang es",
         "run_predict": "# 1. primero tu predicción (añade una sección a tu cuaderno)",
         "run_exp": "# 2. ejecuta la rotura desde una copia aislada, dentro del arnés",
         "run_table": "Lo que usa `invoke exp` en esta rotura (se cambia con `--input`, `--timeout`, `--llm`):",
@@ -319,9 +322,9 @@ def _run_fragment(data: dict, lang: str) -> str:
         f"{t['run_intro']}\n\n"
         "```bash\n"
         f"{t['run_predict']}\n"
-        f"invoke predict {alias} --learner <you>\n"
+        f"invoke predict {alias} --learner {t['you']}{t['lang_flag']}\n"
         f"{t['run_exp']}\n"
-        f"invoke exp {alias} --learner <you>\n"
+        f"invoke exp {alias} --learner {t['you']}\n"
         "```\n\n"
         f"{t['run_table']}\n\n"
         f"| {t['col_setting']} | {t['col_value']} |\n|---|---|\n"

@@ -274,3 +274,19 @@ def test_watch_stops_after_max_runs(tree, capsys):
     assert watch("no-cap", tree, max_runs=1, on_result=seen.append) == 0
     assert seen == [True]
     assert "GREEN" in capsys.readouterr().out
+
+
+def test_the_notebook_language_is_chosen_once(learner, capsys):
+    lab.predict("no-cap", learner, lang="es")
+    path = notebook.notebook_path(ROOT, learner)
+    assert path.read_text(encoding="utf-8").startswith("# Mis predicciones para las roturas")
+    assert "## 00-no-cap — Agente sin terminación" in path.read_text(encoding="utf-8")
+    assert "Sección de predicción para 00-no-cap añadida" in capsys.readouterr().out
+    assert progress.load(ROOT, learner)["lang"] == "es"
+    lab.predict("dead-config", learner, lang="en")  # a later --lang does not switch the notebook
+    assert "stays so" in capsys.readouterr().out
+    text = path.read_text(encoding="utf-8")
+    assert "### Por qué lo creo" in text.split("## 01-dead-config")[1] and "Why I think so" not in text
+    assert progress.load(ROOT, learner)["lang"] == "es"
+    lab.hint("no-cap", learner)  # the hints follow the notebook's language
+    assert "Pista 1 de 3" in capsys.readouterr().out

@@ -64,9 +64,29 @@ def fix_tree(variant: str, learner: str | None = None) -> None:
 
 # --- the exercise loop: state, hints, progress, next, reset, watch ---------------------------------------
 def _state_readable(learner: str | None) -> None:
-    """Refuse before doing anything when the learner's state file is bad (it is never overwritten)."""
+    """Before anything else: move a notebook kept at the first layout, and refuse when the learner's
+    state file is bad (it is never overwritten)."""
     if learner:
+        moved = notebook.migrate(ROOT, learner)
+        if moved is not None:
+            console.print(f"Your notebook moved, byte for byte, from {moved.relative_to(ROOT)} to "
+                          f"{notebook.notebook_path(ROOT, learner).relative_to(ROOT)}.", markup=False, highlight=False)
         progress.load(ROOT, learner)
+
+
+def notebook_lang(learner: str, given: str | None = None) -> str:
+    """The notebook's language: chosen once (the first --lang given), English until then."""
+    if given is not None and given not in progress.LANGS:
+        raise ValueError(f"--lang must be one of {', '.join(progress.LANGS)}, not {given!r}")
+    stored = progress.load(ROOT, learner).get("lang")
+    if stored:
+        if given and given != stored:
+            console.print(f"Your notebook is in {stored!r}; it stays so (the lab does not rewrite it). "
+                          f"To change, edit learners/{learner}/progress.json.", markup=False, highlight=False)
+        return stored
+    if given:
+        progress.update(ROOT, learner, lambda state: state.update(lang=given))
+    return given or "en"
 
 
 def _mark(learner: str | None, brk: Break, **values) -> None:
@@ -214,14 +234,24 @@ def check(variant: str, *, dry_run: bool = False, learner: str | None = None) ->
     return code
 
 
-def predict(variant: str, learner: str) -> None:
+PREDICT_TEXT = {
+    "en": {"added": "Added a prediction section for {id} to {path}.\n"
+                    "Fill in the values, say why, then run `invoke exp {alias} --learner {learner}`.",
+           "exists": "You already have a prediction section for {id} in {path}; edit it there."},
+    "es": {"added": "Sección de predicción para {id} añadida a {path}.\n"
+                    "Rellena los valores, explica por qué y después ejecuta `invoke exp {alias} --learner {learner}`.",
+           "exists": "Ya tienes una sección de predicción para {id} en {path}; edítala ahí."},
+}
+
+
+def predict(variant: str, learner: str, lang: str | None = None) -> None:
     brk = find(variant)
-    path, created = notebook.add_prediction(ROOT, learner, brk.id, brk.title["en"])
-    if created:
-        console.print(f"Added a prediction section for {brk.id} to {path.relative_to(ROOT)}.\n"
-                      f"Fill in the values, say why, then run `invoke exp {brk.alias} --learner {learner}`.")
-    else:
-        console.print(f"You already have a prediction section for {brk.id} in {path.relative_to(ROOT)}; edit it there.")
+    _state_readable(learner)
+    lang = notebook_lang(learner, lang)
+    path, created = notebook.add_prediction(ROOT, learner, brk.id, brk.title.get(lang) or brk.title["en"], lang)
+    text = PREDICT_TEXT[lang]["added" if created else "exists"]
+    console.print(text.format(id=brk.id, path=path.relative_to(ROOT), alias=brk.alias, learner=learner),
+                  markup=False, highlight=False)
 
 
 def _resolve(variant: str) -> Break | None:
@@ -239,7 +269,8 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
         _state_readable(learner)  # a bad progress file stops the run before it starts, not after
         prediction = notebook.read_prediction(ROOT, learner, brk.id)
         if prediction is None:
-            console.print(notebook.how_to_predict(brk.id, learner), markup=False, highlight=False)
+            console.print(notebook.how_to_predict(brk.id, learner, notebook_lang(learner)), markup=False,
+                          highlight=False)
             return None
     question = question or (brk.input if brk else "What is the present perfect of would for you?")
     timeout = timeout or (brk.timeout_s if brk else 30.0)
@@ -277,9 +308,10 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
         report(record, json_path, svg_path, brk, learner if prediction is not None else None)
     if prediction is not None and brk is not None and learner:
         rows = notebook.compare(prediction, record.to_dict())
-        console.print(notebook.render_comparison(rows))
+        lang = notebook_lang(learner)
+        console.print(notebook.render_comparison(rows, lang))
         path = notebook.append_observation(ROOT, learner, brk.id, record.to_dict(), rows, json_path, svg_path,
-                                           when=stamp)
+                                           when=stamp, lang=lang)
         console.print(f"Observation appended to {path.relative_to(ROOT)}.")
         scored = [r.hit for r in rows if r.hit is not None]
         if scored:
