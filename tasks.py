@@ -279,6 +279,13 @@ def docs_results(c, only=None):
     _lab().docs_results(ROOT / "docs_results", ROOT / "docs" / "assets" / "results", only=only)
 
 
+@task(name="docs-charts")
+def docs_charts(c):
+    """Redraw the docs' CPU charts (English and Spanish) from the measured JSON in docs_results/; runs nothing."""
+    for path in _lab().docs_charts(ROOT / "docs_results", ROOT / "docs" / "assets" / "results"):
+        print(path.relative_to(ROOT))
+
+
 @task(name="docs-check")
 def docs_check(c):
     """Headless Chromium opens the built site and follows the language switcher; saves a screenshot."""

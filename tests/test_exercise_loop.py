@@ -279,7 +279,7 @@ def test_watch_stops_after_max_runs(tree, capsys):
 def test_the_notebook_language_is_chosen_once(learner, capsys):
     lab.predict("no-cap", learner, lang="es")
     path = notebook.notebook_path(ROOT, learner)
-    assert path.read_text(encoding="utf-8").startswith("# Mis predicciones para las roturas")
+    assert path.read_text(encoding="utf-8").startswith("# Mis predicciones para las averías")
     assert "## 00-no-cap — Agente sin terminación" in path.read_text(encoding="utf-8")
     assert "Sección de predicción para 00-no-cap añadida" in capsys.readouterr().out
     assert progress.load(ROOT, learner)["lang"] == "es"

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
+LANGS = ("en", "es")
 
 
 class BreakError(RuntimeError):
@@ -125,13 +126,13 @@ class Expect:
 @dataclass
 class Break:
     id: str
-    title: dict[str, str]
-    removes: str
+    title: dict[str, str]      # {"en": ..., "es": ...}: every text a learner reads comes in both languages
+    removes: dict[str, str]
     input: str
     timeout_s: float
     llm: str  # the model that reproduces it: "llama" or a named scripted stand-in
     real_model: bool  # False: the real model did not reproduce it (see stand_in_why)
-    stand_in_why: str
+    stand_in_why: dict[str, str]  # {} for the real model
     flags: list[str]
     ci_llm: str  # the model check-breaks uses (a stand-in keeps CI fast)
     # How much of the loop a run must show before its timeout may end it ({"tool_calls": 1}):
@@ -139,7 +140,7 @@ class Break:
     needs: dict[str, int]
     hard_cap_s: float | None  # nothing runs longer (seconds after launch); None: the harness's default
     tests: list[str]
-    symptom: dict[str, str]
+    symptom: dict[str, dict[str, str]]  # outcome / cpu / trace -> {"en": ..., "es": ...}
     expect: Expect
     hidden_cause: dict[str, str]
     hints: dict[str, list[str]]
@@ -160,14 +161,22 @@ class Break:
         if data["id"] != folder.name:
             raise BreakError(f"{folder}: id {data['id']!r} does not match the folder name")
         run, symptom = data["run"], data["symptom"]
+
+        def both(value, where: str) -> dict[str, str]:
+            if not (isinstance(value, dict) and all(isinstance(value.get(lang), str) and value[lang].strip()
+                                                    for lang in LANGS)):
+                raise BreakError(f"{folder / 'break.toml'}: {where} needs an 'en' and an 'es' text")
+            return {lang: value[lang] for lang in LANGS}
+
         return cls(
-            id=data["id"], title=data["title"], removes=data["removes"], input=run["input"],
-            timeout_s=float(run["timeout_s"]), llm=run["llm"], real_model=run["llm"] == "llama",
-            stand_in_why=run.get("stand_in_why", ""), flags=list(run.get("flags", [])),
+            id=data["id"], title=both(data["title"], "title"), removes=both(data["removes"], "removes"),
+            input=run["input"], timeout_s=float(run["timeout_s"]), llm=run["llm"], real_model=run["llm"] == "llama",
+            stand_in_why=both(run["stand_in_why"], "run.stand_in_why") if "stand_in_why" in run else {},
+            flags=list(run.get("flags", [])),
             ci_llm=run.get("ci_llm", run["llm"]), needs={k: int(v) for k, v in run.get("needs", {}).items()},
             hard_cap_s=float(run["hard_cap_s"]) if "hard_cap_s" in run else None, tests=list(data["check"]["tests"]),
-            symptom={k: v for k, v in symptom.items() if isinstance(v, str)},
-            expect=Expect(**data["check"].get("expect", {})), hidden_cause=data["hidden_cause"],
+            symptom={key: both(text, f"symptom.{key}") for key, text in symptom.items()},
+            expect=Expect(**data["check"].get("expect", {})), hidden_cause=both(data["hidden_cause"], "hidden_cause"),
             hints=data["hints"], folder=folder, docs=data.get("docs", {}),
         )
 

@@ -110,7 +110,7 @@ TEXT: dict[str, dict[str, Any]] = {
         "no_prediction": "No había ninguna predicción escrita antes de esta ejecución.",
         "busy_line": "machine: busy (other programs {cpu} % CPU)",
         "busy": "La máquina estaba ocupada durante esta ejecución: el tiempo y las cifras de CPU están alterados.",
-        "unexercised": "Esta ejecución no llegó a ejercitar la rotura (necesita {needs} antes de que el tiempo límite "
+        "unexercised": "Esta ejecución no llegó a ejercitar la avería (necesita {needs} antes de que el tiempo límite "
                        "pueda cortarla), así que no dice nada de la predicción y no se ha puntuado. Vuelve a "
                        "ejecutarla: `{rerun}`.",
         "more_loop": "recorrer más bucle",
@@ -137,12 +137,12 @@ _DEFAULT_HEADER = {
            "the end of this file; replace each `?`, say why, then run `invoke exp`. Every\n"
            "run appends an observed block at the end, naming its break. These notes are\n"
            "yours: the lab only ever appends to this file.\n"),
-    "es": ("# Mis predicciones para las roturas\n"
+    "es": ("# Mis predicciones para las averías\n"
            "\n"
            "Primero predice, después ejecuta: `invoke predict ID --learner NOMBRE` añade una\n"
            "sección al final de este fichero; cambia cada `?`, explica por qué y lanza\n"
            "`invoke exp`. Cada ejecución añade al final un bloque observado con el nombre de\n"
-           "su rotura. Estas notas son tuyas: el laboratorio solo añade texto al final.\n"),
+           "su avería. Estas notas son tuyas: el laboratorio solo añade texto al final.\n"),
 }
 
 

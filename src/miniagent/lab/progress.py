@@ -255,10 +255,10 @@ TEXT = {
     },
     "es": {
         "title": "Progreso de {learner}",
-        "cols": ("rotura", "predicha", "ejecuciones (última: aciertos/campos)", "rota por ti",
+        "cols": ("avería", "predicha", "ejecuciones (última: aciertos/campos)", "rota por ti",
                  "arreglada y comprobada", "pistas"),
         "yes": "sí", "no": "-", "unreadable": "ilegible", "now": "ahora, en src/",
-        "done_all": "Has roto, arreglado y comprobado todas las roturas. Enhorabuena: `invoke check all` "
+        "done_all": "Has roto, arreglado y comprobado todas las averías. Enhorabuena: `invoke check all` "
                     "ejecuta todas las pruebas de guardas.",
         "next": "Siguiente: {id} ({title})",
         PREDICT: ["invoke predict {alias}            # escribe tu predicción en {notebook}",
@@ -268,7 +268,7 @@ TEXT = {
                 "invoke watch {alias}     # sus pruebas en cada guardado; arréglala en src/ hasta verlas en verde"],
         FIX: ["invoke watch {alias}     # sus pruebas en cada guardado (o una vez: invoke check {alias})",
               "invoke hint {alias}      # una pista cada vez",
-              "invoke reset {alias}     # vuelve a empezar desde el código intacto de esta rotura"],
+              "invoke reset {alias}     # vuelve a empezar desde el código intacto de esta avería"],
         "problem": "Tu predicción de {id} no se puede leer: {problem}",
     },
 }

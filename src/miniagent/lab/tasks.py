@@ -48,7 +48,7 @@ def break_tree(variant: str, learner: str | None = None) -> None:
     _state_readable(learner)
     apply_to_tree(brk)
     _mark(learner, brk, broken_at=progress.now())
-    console.print(f"[bold red]{brk.id}[/] applied to src/: {escape(brk.removes)}.\n"
+    console.print(f"[bold red]{brk.id}[/] applied to src/: {escape(brk.removes['en'])}.\n"
                   f"Study the diff with `git diff src/`, then fix it yourself: `invoke watch {brk.alias}` runs its "
                   f"guard tests on every save, `invoke hint {brk.alias}` gives one hint at a time. "
                   f"`invoke fix {brk.alias}` reverts it exactly.")
@@ -112,11 +112,11 @@ TEXT = {
            "merged": "{id}: its lines are intact again in {files}; your other edits stay.",
            "backup": "Your version before the reset is saved in {backup}."},
     "es": {"hint": "Pista {n} de {total} para {id}", "more": "Vuelve a ejecutar `invoke hint {alias}` para la pista {next}.",
-           "last": "Era la última pista. La causa oculta está plegada en la página de la rotura.",
+           "last": "Era la última pista. La causa oculta está plegada en la página de la avería.",
            "all_seen": "Ya has visto las {total} pistas de {id}:",
            "verified": "{id}: arreglada por ti y comprobada. `invoke next` te dice qué sigue.",
-           "intact": "{id}: src/ ya está intacto para esta rotura; no ha cambiado nada.",
-           "reverted": "{id}: revertida exactamente (la rotura estaba aplicada tal cual).",
+           "intact": "{id}: src/ ya está intacto para esta avería; no ha cambiado nada.",
+           "reverted": "{id}: revertida exactamente (la avería estaba aplicada tal cual).",
            "merged": "{id}: sus líneas vuelven a estar intactas en {files}; el resto de tus cambios se queda.",
            "backup": "Tu versión de antes de restablecer está guardada en {backup}."},
 }
@@ -517,14 +517,19 @@ def _check_one(brk: Break, use_ci_models: bool, under_load: bool = False) -> tup
     return problems, record
 
 
+RESULT_KEYS = ("outcome", "stop_reason", "wall_s", "kill_latency_s", "cpu_mean", "cpu_max", "rss_max_mb", "tool_calls",
+               "tool_calls_by_tool", "identical_calls", "tool_errors", "turns", "final_answer", "processes_left",
+               "started_at", "other_cpu_mean", "machine_busy", "loop_start_s", "deadline_s", "timeout", "samples")
+
+
 def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -> None:
-    """Run each break and its fixed twin (same model, input and flags) and write what the docs include.
+    """Run each break and its fixed twin (same model, input and flags) and keep what the docs show.
 
-    ``<results_dir>/<id>.md``: a table of the two runs' measured figures and the CPU chart
-    ``<assets_dir>/<id>.svg`` (broken and fixed side by side).  Nothing here is typed by hand.
+    ``<results_dir>/<id>.json``: both runs' measured figures and CPU samples; the docs hook turns
+    them into each page's table, in the page's language.  ``<assets_dir>/<id>.svg`` and
+    ``<id>.es.svg``: the CPU chart in English and in Spanish (broken above, fixed below), drawn
+    from the same JSON (``invoke docs-charts`` redraws them).  Nothing here is typed by hand.
     """
-    from .harness import write_svg_pair
-
     results_dir.mkdir(parents=True, exist_ok=True)
     assets_dir.mkdir(parents=True, exist_ok=True)
     for brk in catalogue():
@@ -533,32 +538,33 @@ def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -
         console.rule(brk.id)
         broken = exp(brk.alias, live=False)
         fixed = exp(BASELINE, question=brk.input, timeout=brk.timeout_s, llm=brk.llm, flags=brk.flags, live=False)
-        svg = write_svg_pair(broken, fixed, assets_dir / f"{brk.id}.svg",
-                             titles=(f"{brk.id} (broken)", "intact loop (fixed)"))
-        image = os.path.relpath(svg, ROOT / "docs" / "breaks").replace(os.sep, "/")  # relative to the break page
-        (results_dir / f"{brk.id}.md").write_text(_results_table(brk, broken, fixed, image), encoding="utf-8")
-        keep = ("outcome", "stop_reason", "wall_s", "cpu_mean", "tool_calls", "processes_left", "started_at")
-        (results_dir / f"{brk.id}.json").write_text(json.dumps(
-            {"id": brk.id, "llm": brk.llm, "real_model": brk.real_model,
-             "broken": {k: v for k, v in broken.to_dict().items() if k in keep},
-             "fixed": {k: v for k, v in fixed.to_dict().items() if k in keep}}, indent=2), encoding="utf-8")
-    _write_summary(results_dir)
+        data = {"id": brk.id, "llm": brk.llm, "real_model": brk.real_model,
+                "measured_at": broken.started_at[:16], "cores": os_cores(), "timeout_s": brk.timeout_s,
+                "input": brk.input, "flags": list(brk.flags),
+                "broken": {k: v for k, v in broken.to_dict().items() if k in RESULT_KEYS},
+                "fixed": {k: v for k, v in fixed.to_dict().items() if k in RESULT_KEYS}}
+        (results_dir / f"{brk.id}.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                                                    encoding="utf-8")
+        _draw_charts(data, assets_dir)
     if only is None:
         _write_eval_results(results_dir)
 
 
-def _write_summary(results_dir: Path) -> None:
-    """The tour's table for lab 03, from every break's latest measured pair."""
-    lines = ["| break · rotura | model · modelo | broken · roto | fixed · arreglado | CPU % broken / fixed | "
-             "processes left · procesos vivos |", "|---|---|---|---|---|---|"]
+def _draw_charts(data: dict, assets_dir: Path) -> list[Path]:
+    from .harness import records_from_results, write_docs_charts
+
+    broken, fixed = records_from_results(data)
+    return write_docs_charts(broken, fixed, data["id"], assets_dir)
+
+
+def docs_charts(results_dir: Path, assets_dir: Path) -> list[Path]:
+    """Redraw every break's docs chart (both languages) from its measured JSON; nothing is run."""
+    written = []
     for path in sorted(results_dir.glob("[0-9][0-9]-*.json")):
-        r = json.loads(path.read_text(encoding="utf-8"))
-        b, f = r["broken"], r["fixed"]
-        model = r["llm"] if r["real_model"] else f"{r['llm']} (stand-in · sustituto)"
-        lines.append(f"| [{r['id']}](../breaks/{r['id']}.md) | `{model}` | {b['outcome']} ({b['stop_reason'] or '—'}) | "
-                     f"{f['outcome']} ({f['stop_reason'] or '—'}) | {b['cpu_mean']:.0f} / {f['cpu_mean']:.0f} | "
-                     f"{len(b['processes_left'])} / {len(f['processes_left'])} |")
-    (results_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if "broken" in data and "samples" in data["broken"]:
+            written += _draw_charts(data, assets_dir)
+    return written
 
 
 def _write_eval_results(results_dir: Path) -> None:
@@ -588,36 +594,6 @@ def _write_eval_results(results_dir: Path) -> None:
     lines = [f"Measured by `invoke docs-results` · medido con `invoke docs-results`: {stamp}, {os_cores()} cores, "
              "Gemma 3 270M (Q4_K_M).", ""] + lines
     (results_dir / "eval.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def _results_table(brk: Break, broken: RunRecord, fixed: RunRecord, image: str) -> str:
-    def cells(r: RunRecord) -> list[str]:
-        calls = ", ".join(f"{t} ×{n}" for t, n in sorted(r.tool_calls_by_tool.items())) or "0"
-        killed = f" (killed {r.kill_latency_s:+.2f} s)" if r.kill_latency_s is not None else ""
-        return [r.outcome, str(r.stop_reason or "—"), f"{r.wall_s:.1f}{killed}", f"{r.cpu_mean:.0f}",
-                f"{r.cpu_max:.0f}", f"{r.rss_max_mb:.0f}", calls, str(r.identical_calls), str(r.tool_errors),
-                str(r.turns), _final_cell(r.final_answer), str(len(r.processes_left))]
-
-    labels = ["outcome · resultado", "stop_reason", "wall s · segundos", "CPU mean % · media", "CPU max % · máx.",
-              "RSS max MB", "tool calls · llamadas", "identical calls · idénticas", "tool errors · errores",
-              "turns · turnos", "final-round answer · respuesta de la ronda final", "processes left · procesos vivos"]
-    model = brk.llm if brk.real_model else f"{brk.llm} (stand-in · sustituto)"
-    lines = [f"Measured by `invoke docs-results` · medido con `invoke docs-results`: {broken.started_at[:16]}, "
-             f"{os_cores()} cores, model · modelo `{model}`, timeout {brk.timeout_s:g} s, "
-             f"input · entrada: “{brk.input}” {' '.join(brk.flags)}".rstrip()
-             + f"; other programs · otros programas: {broken.other_cpu_mean:.0f} / {fixed.other_cpu_mean:.0f} % CPU"
-             + (" (busy machine · máquina ocupada)" if broken.machine_busy or fixed.machine_busy else ""), "",
-             "| | broken · roto | fixed · arreglado |", "|---|---|---|"]
-    lines += [f"| {label} | {b} | {f} |" for label, b, f in zip(labels, cells(broken), cells(fixed))]
-    lines += ["", f"![CPU over time, broken vs fixed · CPU en el tiempo, roto frente a arreglado]({image})", ""]
-    return "\n".join(lines)
-
-
-def _final_cell(answer: str | None) -> str:
-    """The final round's answer, quoted for a table cell; a dash when there was none."""
-    if not answer:
-        return "—"
-    return "“" + answer.replace("|", "\\|").replace("\n", " ") + "”"
 
 
 def os_cores() -> int:
