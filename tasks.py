@@ -117,47 +117,117 @@ def breaks(c):
     _lab().list_breaks()
 
 
-@task(name="break", help={"variant": "a break: alias (no-cap), id (00-no-cap) or number (00)"})
-def break_(c, variant):
+LEARNER_HELP = "your name, your folder under learners/ (remembered: needed once)"
+LANG_HELP = "en | es (default: the language of your notebook)"
+
+
+def _errors():
+    """The learner-facing refusals: a clear message and exit status 2, never a traceback."""
+    from miniagent.lab.breaks import BreakError
+    from miniagent.lab.notebook import PredictionError
+    from miniagent.lab.progress import StateError
+
+    return BreakError, PredictionError, StateError, ValueError
+
+
+def _who(learner, required=False):
+    """The learner named here, else the one who ran a command last (None, or a refusal if required)."""
+    from miniagent.lab.progress import resolve_learner
+
+    try:
+        return resolve_learner(ROOT, learner, required=required)
+    except ValueError as err:
+        _refuse(err)
+
+
+@task(name="break", positional=["variant"], help={
+    "variant": "a break: alias (no-cap), id (00-no-cap) or number (00)", "learner": LEARNER_HELP})
+def break_(c, variant, learner=None):
     """Apply a break to your working tree (refuses, changing nothing, if your edits conflict)."""
-    from miniagent.lab.breaks import BreakError
-
     try:
-        _lab().break_tree(variant)
-    except BreakError as err:
+        _lab().break_tree(variant, _who(learner))
+    except _errors() as err:
         _refuse(err)
 
 
-@task(help={"variant": "the break to revert"})
-def fix(c, variant):
+@task(positional=["variant"], help={"variant": "the break to revert", "learner": LEARNER_HELP})
+def fix(c, variant, learner=None):
     """Revert a break exactly (refuses if you edited the same lines since)."""
-    from miniagent.lab.breaks import BreakError
-
     try:
-        _lab().fix_tree(variant)
-    except BreakError as err:
+        _lab().fix_tree(variant, _who(learner))
+    except _errors() as err:
         _refuse(err)
 
 
-@task(help={"variant": "only the guard tests of this break (default: all guard tests)"})
-def check(c, variant=None):
-    """Run the guard tests against your own source: green means your fix holds."""
-    from miniagent.lab.breaks import BreakError
-
+@task(positional=["variant"], help={"variant": "a break (alias, id or number), or 'all' for every guard test",
+                                    "dry_run": "only list the guard tests, without running them",
+                                    "learner": LEARNER_HELP})
+def check(c, variant, dry_run=False, learner=None):
+    """Run a break's guard tests against your own source: green means your fix holds."""
     try:
-        sys.exit(_lab().check(variant))
-    except BreakError as err:
+        code = _lab().check(variant, dry_run=dry_run, learner=_who(learner))
+    except _errors() as err:
+        _refuse(err)
+    sys.exit(code)
+
+
+@task(positional=["variant"], help={"variant": "the break you are fixing", "learner": LEARNER_HELP,
+                                    "lang": LANG_HELP})
+def hint(c, variant, learner=None, lang=None):
+    """The next hint for a break: 1, then 2, then 3 (remembered in your progress)."""
+    try:
+        _lab().hint(variant, _who(learner, required=True), lang)
+    except _errors() as err:
         _refuse(err)
 
 
-@task(help={"variant": "the break to predict", "learner": "your name (folder under learners/)"})
-def predict(c, variant, learner):
-    """Add a prediction section for a break to learners/NAME/phase-32/notes/breaks.md (never overwrites)."""
-    from miniagent.lab.breaks import BreakError
-
+@task(help={"learner": LEARNER_HELP, "lang": LANG_HELP})
+def progress(c, learner=None, lang=None):
+    """Every break with your state (predicted, run, broken, fixed, hints) and what to do next."""
     try:
-        _lab().predict(variant, learner)
-    except (BreakError, ValueError) as err:
+        _lab().progress_report(_who(learner, required=True), lang)
+    except _errors() as err:
+        _refuse(err)
+
+
+@task(name="next", help={"learner": LEARNER_HELP, "lang": LANG_HELP})
+def next_(c, learner=None, lang=None):
+    """The next break to work on, with the commands for it."""
+    try:
+        _lab().next_break(_who(learner, required=True), lang)
+    except _errors() as err:
+        _refuse(err)
+
+
+@task(positional=["variant"], help={"variant": "the break whose guard tests to run (or 'all')",
+                                    "learner": LEARNER_HELP, "lang": LANG_HELP})
+def watch(c, variant, learner=None, lang=None):
+    """Re-run a break's guard tests every time you save a file under src/ (Ctrl-C to stop)."""
+    try:
+        code = _lab().watch_tree(variant, _who(learner), lang)
+    except _errors() as err:
+        _refuse(err)
+    sys.exit(code)
+
+
+@task(positional=["variant"], help={"variant": "the break to put back to its intact source",
+                                    "learner": LEARNER_HELP, "lang": LANG_HELP})
+def reset(c, variant, learner=None, lang=None):
+    """Back to the intact source for this break only (your other edits stay; replaced lines are saved)."""
+    try:
+        _lab().reset_tree(variant, _who(learner), lang)
+    except _errors() as err:
+        _refuse(err)
+
+
+@task(positional=["variant"], help={
+    "variant": "the break to predict", "learner": LEARNER_HELP,
+    "lang": "en | es: your notebook's language, chosen once (the first time; default en)"})
+def predict(c, variant, learner=None, lang=None):
+    """Add a prediction section for a break to learners/NAME/notebook.md (never overwrites)."""
+    try:
+        _lab().predict(variant, _who(learner, required=True), lang)
+    except _errors() as err:
         _refuse(err)
 
 
@@ -207,6 +277,13 @@ def check_breaks(c, real=False, only=None, under_load=False):
 def docs_results(c, only=None):
     """Run every break and its fixed twin for real; write the docs' results tables and CPU charts."""
     _lab().docs_results(ROOT / "docs_results", ROOT / "docs" / "assets" / "results", only=only)
+
+
+@task(name="docs-charts")
+def docs_charts(c):
+    """Redraw the docs' CPU charts (English and Spanish) from the measured JSON in docs_results/; runs nothing."""
+    for path in _lab().docs_charts(ROOT / "docs_results", ROOT / "docs" / "assets" / "results"):
+        print(path.relative_to(ROOT))
 
 
 @task(name="docs-check")

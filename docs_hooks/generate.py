@@ -11,6 +11,7 @@ into ``build/generated/breaks/<id>/``:
 - ``hints.{en,es}.md``   three collapsible hints, closed until opened
 - ``model.{en,es}.md``   the model that reproduces the break (real or stand-in, and why)
 - ``run.{en,es}.md``     the commands, and what ``invoke exp`` runs for this break
+- ``results.{en,es}.md`` the measured table of the break and its fixed twin (from ``docs_results/<id>.json``)
 - ``fix.patch``          ``break.patch`` reversed: the diff that restores the guard
 
 and ``build/generated/breaks/index.{en,es}.md``, the catalogue as a table.
@@ -19,14 +20,16 @@ and ``build/generated/breaks/index.{en,es}.md``, the catalogue as a table.
 ``mkdocs serve``.  Files are only rewritten when their content changes.
 
 The metadata stays the single source: nothing here is specific to one break.
-Optional Spanish keys are used when a ``break.toml`` has them, otherwise the
-English text is shown (and labelled as such):
-``removes_es`` (top level), ``stand_in_why_es`` (in ``[run]``) and a
-``[symptom.es]`` table with the same keys as ``[symptom]``.
+Every text a learner reads has an ``en`` and an ``es`` version in ``break.toml``
+(``title``, ``removes``, ``run.stand_in_why``, each ``symptom`` key,
+``hidden_cause``, ``hints``): a Spanish page never shows catalogue text in English.
+A missing Spanish text fails the build (the break is not described, not
+half-described).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shlex
@@ -48,6 +51,11 @@ BEHAVIOURS_ES = {
     "clumsy": "llama con algo que no es un verbo hasta que ve la lista de tiempos, y entonces se corrige",
     "rambler": "su respuesta no acaba nunca: todas terminan con finish_reason 'length'",
     "planner": "declara un plan de tres verbos, conjuga cada uno y después responde",
+    "alternator": "nunca se da por satisfecho: dos llamadas a conjugate por turnos (A, B, A, B...) y no responde nunca",
+    "knowall": "responde de memoria (una forma regular inventada) siempre que el esquema se lo permite; solo llama "
+               "a la herramienta cuando no le queda otra",
+    "garbler": "nunca da una acción válida, como un modelo sin gramática: JSON roto, herramientas que no existen, "
+               "campos erróneos",
 }
 
 TEXT = {
@@ -56,6 +64,7 @@ TEXT = {
         "hint": "Hint {n}",
         "sym_label": {"outcome": "Outcome", "cpu": "CPU", "trace": "Trace"},
         "sym_head": "| What you see | |",
+        "sym_fold": "What you will see (open it once you have written your prediction)",
         "real": "**Model: the real one.** This break is reproduced with the lab's own model, Gemma 3 270M "
                 "run by llama.cpp (`--llm llama`).",
         "stand_in": "**Model: a named stand-in, `{llm}`** ({what}). The real model does not reproduce this "
@@ -64,6 +73,7 @@ TEXT = {
         "ci": "The maintainer check (`invoke check-breaks`) runs it with `{ci}` to stay fast; "
               "`invoke check-breaks --real` uses the model above.",
         "run_intro": "Replace `<you>` with your name (it becomes your folder under `learners/`).",
+        "you": "<you>", "lang_flag": "",
         "run_predict": "# 1. write your prediction first (adds a section to your notebook)",
         "run_exp": "# 2. run the break from a sandbox copy, under the harness",
         "run_table": "What `invoke exp` uses for this break (change it with `--input`, `--timeout`, `--llm`):",
@@ -74,7 +84,6 @@ TEXT = {
         "cmd": "The agent command it starts inside the sandbox:",
         "by_hand": "The same run by hand, under the harness, from your own tree (the trace goes to `runs/`). With `invoke break {alias}` applied it is the broken run; with your `src/` "
                    "intact (or after `invoke fix {alias}`) it is the run with the guard in place:",
-        "english": "",
         "idx_head": "| Break | Title | What it removes | Model |",
         "idx_real": "real (Gemma 3 270M)",
         "idx_stand": "stand-in `{llm}`",
@@ -82,21 +91,24 @@ TEXT = {
                    "its metadata (title, run, symptom, hidden cause, hints) is missing.\n",
     },
     "es": {
-        "heading": "Rotura {num}: {title}",
+        "heading": "Avería {num}: {title}",
         "hint": "Pista {n}",
         "sym_label": {"outcome": "Resultado", "cpu": "CPU", "trace": "Traza"},
         "sym_head": "| Lo que ves | |",
-        "real": "**Modelo: el de verdad.** Esta rotura se reproduce con el modelo del propio laboratorio, "
+        "sym_fold": "Lo que verás (ábrelo cuando hayas escrito tu predicción)",
+        "real": "**Modelo: el de verdad.** Esta avería se reproduce con el modelo del propio laboratorio, "
                 "Gemma 3 270M ejecutado con llama.cpp (`--llm llama`).",
-        "stand_in": "**Modelo: un sustituto con nombre, `{llm}`** ({what}). El modelo de verdad no "
-                    "reproduce esta rotura: {why}",
-        "stand_in_nowhy": "**Modelo: un sustituto con nombre, `{llm}`** ({what}).",
+        "stand_in": "**Modelo: un sustituto programado, `{llm}`** ({what}). El modelo de verdad no "
+                    "reproduce esta avería: {why}",
+        "stand_in_nowhy": "**Modelo: un sustituto programado, `{llm}`** ({what}).",
         "ci": "La comprobación de mantenimiento (`invoke check-breaks`) la ejecuta con `{ci}` para ir "
               "rápido; `invoke check-breaks --real` usa el modelo de arriba.",
-        "run_intro": "Cambia `<you>` por tu nombre (será tu carpeta dentro de `learners/`).",
+        "run_intro": "Cambia `<tu-nombre>` por tu nombre (será tu carpeta dentro de `learners/`). La primera vez, "
+                     "`--lang es` crea tu cuaderno en español; después se puede omitir.",
+        "you": "<tu-nombre>", "lang_flag": " --lang es",
         "run_predict": "# 1. primero tu predicción (añade una sección a tu cuaderno)",
-        "run_exp": "# 2. ejecuta la rotura desde una copia aislada, dentro del arnés",
-        "run_table": "Lo que usa `invoke exp` en esta rotura (se cambia con `--input`, `--timeout`, `--llm`):",
+        "run_exp": "# 2. ejecuta la avería desde una copia aislada, dentro del arnés",
+        "run_table": "Lo que usa `invoke exp` en esta avería (se cambia con `--input`, `--timeout`, `--llm`):",
         "col_setting": "Ajuste", "col_value": "Valor",
         "q": "pregunta (`--input`)", "llm": "modelo (`--llm`)", "flags": "opciones extra del agente",
         "timeout": "tiempo límite del arnés (`--timeout`), contado desde que arranca el bucle", "none": "ninguna",
@@ -106,8 +118,7 @@ TEXT = {
                    "`runs/`). Con `invoke break {alias}` aplicado es la ejecución "
                    "rota; con tu `src/` intacto (o después de `invoke fix {alias}`) es la ejecución con la guarda "
                    "en su sitio:",
-        "english": " *(en inglés, tal como figura en el catálogo)*",
-        "idx_head": "| Rotura | Título | Qué quita | Modelo |",
+        "idx_head": "| Avería | Título | Qué quita | Modelo |",
         "idx_real": "real (Gemma 3 270M)",
         "idx_stand": "sustituto `{llm}`",
         "missing": "!!! failure \"Falta break.toml\"\n    `breaks/{id}/` tiene parche pero todavía no tiene "
@@ -198,13 +209,15 @@ def _behaviours_en() -> dict[str, str]:
     return dict(BEHAVIOURS)
 
 
-def _lang_text(table: Any, lang: str) -> tuple[str, bool]:
-    """A ``{en, es}`` table's text for ``lang``: (text, is_fallback_to_english)."""
-    if isinstance(table, dict):
-        if table.get(lang):
-            return str(table[lang]), False
-        return str(table.get("en", "")), lang != "en"
-    return str(table or ""), lang != "en"
+class CatalogueError(ValueError):
+    """A break.toml text is missing in one language."""
+
+
+def _lang_text(table: Any, lang: str, where: str = "") -> tuple[str, bool]:
+    """A ``{en, es}`` table's text for ``lang``: (text, False).  A missing language is an error."""
+    if isinstance(table, dict) and isinstance(table.get(lang), str) and table[lang].strip():
+        return str(table[lang]), False
+    raise CatalogueError(f"{where or 'a text'} has no {lang!r} version in break.toml")
 
 
 def _indent(text: str, spaces: int = 4) -> str:
@@ -225,7 +238,7 @@ def _code(text: str) -> str:
 
 
 def _title(data: dict, lang: str) -> str:
-    return _lang_text(data.get("title", {}), lang)[0]
+    return _lang_text(data.get("title", {}), lang, f"{data.get('id')}: title")[0]
 
 
 def _is_real(run: dict) -> bool:
@@ -242,25 +255,19 @@ def _alias(break_id: str) -> str:
 
 def _symptom_fragment(data: dict, lang: str) -> str:
     t = TEXT[lang]
-    symptom = data.get("symptom", {})
-    base = {k: v for k, v in symptom.items() if isinstance(v, str)}
-    local = symptom.get(lang) if isinstance(symptom.get(lang), dict) else None
     rows = [t["sym_head"], "|---|---|"]
-    fallback = False
-    for key, text in base.items():
-        if lang != "en":
-            if local and local.get(key):
-                text = local[key]
-            else:
-                fallback = True
+    for key, texts in data.get("symptom", {}).items():
+        text, _ = _lang_text(texts, lang, f"{data['id']}: symptom.{key}")
         rows.append(f"| **{t['sym_label'].get(key, key)}** | {_cell(text)} |")
-    note = "\n*Textos en inglés, tal como figuran en el catálogo.*\n" if fallback and lang == "es" else ""
-    return "\n".join(rows) + "\n" + note
+    # Folded until opened: the learner predicts first, then looks.
+    return f'??? danger "{t["sym_fold"]}"\n' + _indent("\n".join(rows) + "\n") + "\n"
 
 
 def _hints_fragment(data: dict, lang: str) -> str:
     hints = data.get("hints", {})
-    items = hints.get(lang) or hints.get("en") or []
+    items = hints.get(lang)
+    if not items:
+        raise CatalogueError(f"{data.get('id')}: hints has no {lang!r} version in break.toml")
     parts = []
     for n, hint in enumerate(items, 1):
         parts.append(f'??? tip "{TEXT[lang]["hint"].format(n=n)}"\n{_indent(hint)}\n')
@@ -276,16 +283,12 @@ def _model_fragment(data: dict, lang: str, behaviours_en: dict[str, str]) -> str
     else:
         kind, _, name = llm.partition(":")
         what_en = behaviours_en.get(name, "")
-        what = BEHAVIOURS_ES.get(name, what_en) if lang == "es" else what_en
+        what = BEHAVIOURS_ES[name] if lang == "es" else what_en
         what = what or llm
-        why = run.get(f"stand_in_why_{lang}") if lang != "en" else run.get("stand_in_why")
-        why_fallback = False
-        if not why and run.get("stand_in_why"):
-            why, why_fallback = run["stand_in_why"], lang != "en"
+        why = _lang_text(run["stand_in_why"], lang, f"{data['id']}: run.stand_in_why")[0] \
+            if "stand_in_why" in run else None
         if why:
             text = t["stand_in"].format(llm=llm, what=what, why=why)
-            if why_fallback:
-                text += t["english"]
         else:
             text = t["stand_in_nowhy"].format(llm=llm, what=what)
     ci = run.get("ci_llm")
@@ -316,9 +319,9 @@ def _run_fragment(data: dict, lang: str) -> str:
         f"{t['run_intro']}\n\n"
         "```bash\n"
         f"{t['run_predict']}\n"
-        f"invoke predict --variant {alias} --learner <you>\n"
+        f"invoke predict {alias} --learner {t['you']}{t['lang_flag']}\n"
         f"{t['run_exp']}\n"
-        f"invoke exp --variant {alias} --learner <you>\n"
+        f"invoke exp {alias} --learner {t['you']}\n"
         "```\n\n"
         f"{t['run_table']}\n\n"
         f"| {t['col_setting']} | {t['col_value']} |\n|---|---|\n"
@@ -345,15 +348,98 @@ def _index_fragment(entries: list[tuple[str, dict | None]], lang: str) -> str:
         if data is None:
             rows.append(f"| [`{break_id}`]({break_id}.md) | ? | ? | ? |")
             continue
-        removes = data.get(f"removes_{lang}") if lang != "en" else None
-        removes = removes or data.get("removes", "")
+        removes = _lang_text(data.get("removes"), lang, f"{break_id}: removes")[0]
         run = data.get("run", {})
         model = t["idx_real"] if _is_real(run) else t["idx_stand"].format(llm=run.get("llm", "?"))
         rows.append(f"| [`{break_id}`]({break_id}.md) | {_cell(_title(data, lang))} | {_cell(removes)} | {model} |")
-    note = ""
-    if lang != "en" and any(d is not None and not d.get("removes_es") for _, d in entries):
-        note = "\n*La columna «Qué quita» está en inglés, tal como figura en el catálogo.*\n"
-    return "\n".join(rows) + "\n" + note
+    return "\n".join(rows) + "\n"
+
+
+RESULTS = {
+    "en": {
+        "intro": "Measured by `invoke docs-results` on {when}, {cores} cores; model `{model}`{stand_in}, harness "
+                 "timeout {timeout} s, question “{input}”{flags}. Other programs on the machine: {others_b} % CPU "
+                 "during the broken run, {others_f} % during the fixed one{busy}.",
+        "stand_in": " (a stand-in)", "flags": ", flags `{flags}`", "busy": " (a busy machine: times and CPU disturbed)",
+        "head": "| | broken | fixed |",
+        "rows": ["outcome", "stop reason", "wall time (s)", "mean CPU (%)", "max CPU (%)", "max memory (MB)",
+                 "tool calls", "identical calls", "tool errors", "turns", "final-round answer", "processes left"],
+        "killed": "killed {latency} s after the deadline", "none": "—",
+        "alt": "CPU over time: the broken run above, the fixed one below",
+        "note": "The CPU samples of this chart were read back from the chart drawn at measurement time.",
+    },
+    "es": {
+        "intro": "Medido con `invoke docs-results` el {when}, {cores} núcleos; modelo `{model}`{stand_in}, tiempo "
+                 "límite del arnés {timeout} s, pregunta «{input}»{flags}. Otros programas de la máquina: {others_b} % "
+                 "de CPU durante la ejecución con la avería y {others_f} % durante la arreglada{busy}.",
+        "stand_in": " (un sustituto)", "flags": ", opciones `{flags}`",
+        "busy": " (máquina ocupada: tiempos y CPU alterados)",
+        "head": "| | con la avería | arreglada |",
+        "rows": ["resultado (`outcome`)", "motivo de parada", "tiempo total (s)", "CPU media (%)", "CPU máxima (%)",
+                 "memoria máxima (MB)", "llamadas a herramientas", "llamadas idénticas", "errores de herramienta",
+                 "turnos", "respuesta de la ronda final", "procesos vivos al acabar"],
+        "killed": "matado {latency} s después del plazo", "none": "—",
+        "alt": "CPU en el tiempo: arriba la ejecución con la avería, abajo la arreglada",
+        "note": "Las muestras de CPU de esta gráfica se han leído de la gráfica que se dibujó al medir.",
+    },
+}
+
+
+def _n(value: float, lang: str, digits: int = 1) -> str:
+    text = f"{value:.{digits}f}"
+    return text.replace(".", ",") if lang == "es" else text
+
+
+def _results_fragment(data: dict, lang: str) -> str:
+    """The measured table of a break, in one language, from ``docs_results/<id>.json``."""
+    t = RESULTS[lang]
+
+    def cells(r: dict) -> list[str]:
+        calls = ", ".join(f"{tool} ×{n}" for tool, n in sorted((r.get("tool_calls_by_tool") or {}).items())) or "0"
+        wall = _n(r["wall_s"], lang)
+        if r.get("kill_latency_s") is not None:
+            wall += " (" + t["killed"].format(latency=_n(r["kill_latency_s"], lang, 2)) + ")"
+        final = r.get("final_answer")
+        final = "“" + _cell(final) + "”" if final else t["none"]
+        return [f"`{r['outcome']}`", f"`{r['stop_reason']}`" if r.get("stop_reason") else t["none"], wall,
+                f"{r['cpu_mean']:.0f}", f"{r['cpu_max']:.0f}", f"{r['rss_max_mb']:.0f}", calls,
+                str(r["identical_calls"]), str(r["tool_errors"]), str(r["turns"]), final, str(len(r["processes_left"]))]
+
+    b, f = data["broken"], data["fixed"]
+    flags = " ".join(data.get("flags") or [])
+    intro = t["intro"].format(
+        when=data["measured_at"].replace("T", " "), cores=data["cores"], model=data["llm"],
+        stand_in="" if data["real_model"] else t["stand_in"], timeout=f"{data['timeout_s']:g}",
+        input=data["input"], flags=t["flags"].format(flags=flags) if flags else "",
+        others_b=f"{b.get('other_cpu_mean', 0):.0f}", others_f=f"{f.get('other_cpu_mean', 0):.0f}",
+        busy=t["busy"] if b.get("machine_busy") or f.get("machine_busy") else "")
+    lines = [intro, "", t["head"], "|---|---|---|"]
+    lines += [f"| {label} | {cb} | {cf} |" for label, cb, cf in zip(t["rows"], cells(b), cells(f))]
+    lines += ["", f"![{t['alt']}](../assets/results/{data['id']}.svg)", ""]
+    if data.get("samples_note"):
+        lines += [f"<small>{t['note']}</small>", ""]
+    return "\n".join(lines)
+
+
+SUMMARY = {
+    "en": {"head": "| break | model | broken | fixed | CPU % broken / fixed | processes left |",
+           "stand_in": " (stand-in)"},
+    "es": {"head": "| avería | modelo | con la avería | arreglada | % de CPU con la avería / arreglada | procesos vivos |",
+           "stand_in": " (sustituto)"},
+}
+
+
+def _summary_fragment(results: list[dict], lang: str) -> str:
+    """Lab 03's table: every break's latest measured pair, in one language."""
+    t = SUMMARY[lang]
+    lines = [t["head"], "|---|---|---|---|---|---|"]
+    for r in results:
+        b, f = r["broken"], r["fixed"]
+        model = r["llm"] + ("" if r["real_model"] else t["stand_in"])
+        lines.append(f"| [{r['id']}](../breaks/{r['id']}.md) | `{model}` | {b['outcome']} ({b['stop_reason'] or '—'}) | "
+                     f"{f['outcome']} ({f['stop_reason'] or '—'}) | {b['cpu_mean']:.0f} / {f['cpu_mean']:.0f} | "
+                     f"{len(b['processes_left'])} / {len(f['processes_left'])} |")
+    return "\n".join(lines) + "\n"
 
 
 def _write(path: Path, text: str) -> bool:
@@ -400,19 +486,29 @@ def generate(root: Path) -> list[Path]:
             for lang in LANGS:
                 files[f"title.{lang}.md"] = "# " + TEXT[lang]["heading"].format(
                     num=_number(folder.name), title=_title(data, lang)) + "\n"
-                cause, fallback = _lang_text(data.get("hidden_cause", {}), lang)
-                files[f"cause.{lang}.md"] = cause + (TEXT[lang]["english"] if fallback else "") + "\n"
+                cause, _ = _lang_text(data.get("hidden_cause", {}), lang, f"{folder.name}: hidden_cause")
+                files[f"cause.{lang}.md"] = cause + "\n"
                 files[f"hints.{lang}.md"] = _hints_fragment(data, lang)
                 files[f"model.{lang}.md"] = _model_fragment(data, lang, behaviours_en)
                 files[f"run.{lang}.md"] = _run_fragment(data, lang)
             files["symptom.md"] = _symptom_fragment(data, "en")
             files["symptom.es.md"] = _symptom_fragment(data, "es")
+            measured = root / "docs_results" / f"{folder.name}.json"
+            if measured.is_file():
+                results = json.loads(measured.read_text(encoding="utf-8"))
+                if "samples" in results.get("broken", {}):
+                    for lang in LANGS:
+                        files[f"results.{lang}.md"] = _results_fragment(results, lang)
         for name, text in files.items():
             if _write(out / name, text):
                 changed.append(out / name)
+    measured = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((root / "docs_results").glob("[0-9][0-9]-*.json"))]
     for lang in LANGS:
         path = out_root / f"index.{lang}.md"
         if _write(path, _index_fragment(entries, lang)):
+            changed.append(path)
+        path = out_root / f"summary.{lang}.md"
+        if _write(path, _summary_fragment(measured, lang)):
             changed.append(path)
     return changed
 

@@ -32,6 +32,10 @@ def test_the_catalogue_has_every_break_with_complete_metadata():
         assert brk.tests and all(Path(ROOT, t.split("::")[0]).is_file() for t in brk.tests)
         assert brk.real_model or brk.stand_in_why, f"{brk.id}: a stand-in must say why the real model is not used"
         assert {"outcome", "cpu", "trace"} <= set(brk.symptom)
+        # every text a learner reads, in both languages (Break.load refuses one that is not)
+        for texts in (brk.title, brk.removes, brk.hidden_cause, *brk.symptom.values(),
+                      *([brk.stand_in_why] if brk.stand_in_why else [])):
+            assert texts["en"].strip() and texts["es"].strip() and texts["en"] != texts["es"], brk.id
 
 
 def test_find_by_alias_id_or_number():
@@ -157,7 +161,7 @@ def test_a_run_that_never_reaches_the_broken_code_is_not_exercised_and_not_score
                          question="What is the past simple of go for she?")
         assert record.outcome == "answer" and record.needs_met is False and record.expect_failures is None
         shown = screen.export_text()
-        assert "NOT EXERCISED" in shown and "invoke exp --variant no-breaker" in shown
+        assert "NOT EXERCISED" in shown and "invoke exp no-breaker" in shown
         notes = path.read_text()
         assert "| outcome | fallback | answer | not exercised |" in notes and "exercised: no" in notes
     finally:

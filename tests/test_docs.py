@@ -76,3 +76,123 @@ def test_the_tour_predicts_every_break(page: str) -> None:
     named = set(loop.replace("\\", " ").split())
     aliases = {folder.name.split("-", 1)[1] for folder in (ROOT / "breaks").iterdir() if folder.is_dir()}
     assert named == aliases
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory) -> Path:
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("mkdocs is not installed")
+    site = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--config-file", str(ROOT / "mkdocs.yml"),
+                    "--site-dir", str(site)], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    return site
+
+
+def _break_pages() -> list[str]:
+    return sorted(p.name.removesuffix(".md") for p in (DOCS / "breaks").glob("[0-9][0-9]-*.md")
+                  if not p.name.endswith(".es.md"))
+
+
+@pytest.mark.parametrize("lang", ["en", "es"])
+def test_break_pages_fold_the_symptom_the_results_and_the_cause(built_site, lang):
+    """Predict first: what a break does is folded (closed <details>) until the learner opens it,
+    and no heading inside a fold reaches the table of contents."""
+    import re
+
+    for name in _break_pages():
+        html = (built_site / ("es/" if lang == "es" else "") / "breaks" / name / "index.html").read_text(encoding="utf-8")
+        article = html[html.index("<article"):html.index("</article>")]
+        folds = re.findall(r"<details class=\"(\w+)\">(.*?)</details>", article, re.S)
+        kinds = [kind for kind, _ in folds]
+        assert "danger" in kinds and "example" in kinds and "warning" in kinds, f"{lang} {name}: {kinds}"
+        symptom = next(body for kind, body in folds if kind == "danger")
+        results = next(body for kind, body in folds if kind == "example")
+        assert "<table>" in symptom and "<table>" in results, f"{lang} {name}"
+        assert "docs-results" in results, f"{lang} {name}: the measured table is inside the fold"
+        assert all("<h" not in body for _, body in folds), f"{lang} {name}: a heading inside a fold"
+        # nothing folded is shown unfolded as well: the chart, the symptom table, the measured table
+        outside = re.sub(r"<details.*?</details>", "", article, flags=re.S)
+        assert "assets/results/" not in outside and "What you see" not in outside and "Lo que ves" not in outside
+        assert "stop_reason</td>" not in outside, f"{lang} {name}: a measured table outside its fold"
+        assert "<details open" not in article, f"{lang} {name}: a fold is open by default"
+
+
+# --------------------------------------------------------------------------
+# Spanish all the way
+# --------------------------------------------------------------------------
+
+# One term per concept, and the calques a native reader flagged (they must not come back).
+SPANISH_NEVER = {
+    "rotura": "a break is an «avería»",
+    "plazo por herramienta": "the per-call timeout is the «plazo por llamada»",
+    "tiempo límite por herramienta": "the per-call timeout is the «plazo por llamada»",
+    "plan B": "the graceful fallback is the «mensaje de respaldo»",
+    "resultado correcto": "a successful tool result is a «resultado sin error»",
+    "sustituto con nombre": "a named stand-in is a «sustituto programado»",
+    "En los huesos": "a calque of 'bare bones'",
+    "vestir una conjetura": "a calque",
+    "el vencimiento vuelve": "a calque",
+    "Una sentada": "a calque",
+    "distinguir «ha respondido nada»": "needs «no»",
+}
+
+
+def _spanish_texts() -> list[tuple[str, str]]:
+    import tomllib
+
+    sys.path.insert(0, str(ROOT))
+    from docs_hooks.generate import generate
+
+    generate(ROOT)
+    out = [(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8")) for p in sorted(DOCS.rglob("*.es.md"))]
+    out += [(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8"))
+            for p in sorted((ROOT / "build" / "generated").rglob("*.es.md"))]
+    out += [("learners/_template/notebook.es.md",
+             (ROOT / "learners" / "_template" / "notebook.es.md").read_text(encoding="utf-8"))]
+    for path in sorted((ROOT / "breaks").glob("*/break.toml")):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+
+        def spanish(value):
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    yield from ([item] if key == "es" and isinstance(item, str) else
+                                item if key == "es" and isinstance(item, list) else spanish(item))
+        out.append((str(path.relative_to(ROOT)), "\n".join(spanish(data))))
+    return out
+
+
+def test_spanish_uses_one_term_per_concept():
+    import re
+
+    problems = []
+    for where, text in _spanish_texts():
+        for phrase, why in SPANISH_NEVER.items():
+            if re.search(rf"\b{re.escape(phrase)}", text, re.I if phrase.islower() else 0):
+                problems.append(f"{where}: «{phrase}» ({why})")
+    assert not problems, "\n".join(problems)
+
+
+def test_no_spanish_break_page_shows_english_catalogue_text(built_site):
+    """Every catalogue text has its Spanish version, and the Spanish pages show it (no English fallback,
+    no "outcome · resultado" labels)."""
+    import html
+    import re
+    import tomllib
+
+    for name in _break_pages():
+        data = tomllib.loads((ROOT / "breaks" / name / "break.toml").read_text(encoding="utf-8"))
+        raw = (built_site / "es" / "breaks" / name / "index.html").read_text(encoding="utf-8")
+        page = " ".join(html.unescape(re.sub(r"<[^>]+>", "", raw)).split())
+        english = [data["removes"]["en"], data["hidden_cause"]["en"], *data["hints"]["en"],
+                   *(texts["en"] for texts in data["symptom"].values())]
+        if "stand_in_why" in data["run"]:
+            english.append(data["run"]["stand_in_why"]["en"])
+        plain = lambda text: " ".join(text.replace("`", "").replace("*", "").split())[:50]  # noqa: E731
+        for text in english:
+            assert plain(text) not in page, f"{name}: English catalogue text on the Spanish page: {plain(text)}"
+        for text in (data["hidden_cause"]["es"], *(texts["es"] for texts in data["symptom"].values())):
+            assert plain(text) in page, f"{name}: {plain(text)}"
+        for mixed in (" · resultado", "broken · roto", "(stand-in · sustituto)", "en inglés, tal como figura"):
+            assert mixed not in page, f"{name}: {mixed}"
+    index = html.unescape((built_site / "es" / "breaks" / "index.html").read_text(encoding="utf-8"))
+    assert "la deduplicación de llamadas idénticas" in index and "identical-call dedup" not in index

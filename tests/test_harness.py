@@ -285,3 +285,44 @@ def test_the_deadline_note_says_how_the_deadline_was_counted():
     capped = RunRecord(command=["x"], timeout=6.0, clock="loop", hard_capped=True, hard_cap_s=60.0)
     assert deadline_note(capped) == ("The loop never started, so its timeout never began; it was ended by the hard "
                                      "cap of 60 s after launch.")
+
+
+# --------------------------------------------------------------------------
+# The docs' charts: drawn from the measured JSON, readable at the page's width, in the page's language
+# --------------------------------------------------------------------------
+
+DOCS_COLUMN_PX = 690  # the text column of a docs page on a desktop screen (mkdocs-material)
+RESULTS = Path(__file__).resolve().parents[1] / "docs_results"
+CHARTS = Path(__file__).resolve().parents[1] / "docs" / "assets" / "results"
+
+
+def _measured() -> list[Path]:
+    return sorted(p for p in RESULTS.glob("[0-9][0-9]-*.json") if "samples" in json.loads(p.read_text())["broken"])
+
+
+def test_every_docs_chart_is_drawn_from_its_measured_json(tmp_path):
+    from miniagent.lab.tasks import docs_charts
+
+    written = docs_charts(RESULTS, tmp_path)
+    assert len(written) == 2 * len(_measured()) >= 30
+    for path in written:
+        assert path.read_bytes() == (CHARTS / path.name).read_bytes(), \
+            f"{path.name} is not what its JSON draws: run `invoke docs-charts`"
+
+
+@pytest.mark.parametrize("name", ["00-no-cap.svg", "00-no-cap.es.svg"])
+def test_a_docs_chart_is_readable_at_the_page_width_and_speaks_the_page_language(name):
+    import re
+
+    svg = (CHARTS / name).read_text(encoding="utf-8")
+    width = float(re.search(r'<svg[^>]* width="([\d.]+)"', svg).group(1))
+    sizes = [float(px) for px in re.findall(r"font-size: (\d+)px", svg)]
+    scale = min(1.0, DOCS_COLUMN_PX / width)
+    assert sizes and min(sizes) * scale >= 12, f"text renders at {min(sizes) * scale:.1f} px on the page"
+    texts = " ".join(re.findall(r">([^<>]+)</text>", svg))
+    if name.endswith(".es.svg"):
+        for english in ("seconds", "one core", "loop starts", "killed", "other programs", "broken", "fixed"):
+            assert english not in texts, english
+        assert "segundos desde el arranque" in texts and "un núcleo" in texts
+    else:
+        assert "seconds since launch" in texts and "one core" in texts

@@ -99,7 +99,7 @@ def test_learner_text_survives_byte_for_byte(tmp_path):
 
 
 def test_new_notebook_starts_from_template(tmp_path):
-    template = tmp_path / "learners" / "_template" / "phase-32" / "notes" / "breaks.md"
+    template = tmp_path / "learners" / "_template" / "notebook.md"
     template.parent.mkdir(parents=True)
     template.write_text("# Template heading\n\nHow to use it.\n", encoding="utf-8")
     path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
@@ -163,7 +163,7 @@ def test_malformed_value_names_the_line(tmp_path, line, needle):
     with pytest.raises(PredictionError) as err:
         read_prediction(tmp_path, "bea", "00-no-cap")
     message = str(err.value)
-    assert needle in message and f"breaks.md:{lineno}:" in message and line.strip() in message
+    assert needle in message and f"notebook.md:{lineno}:" in message and line.strip() in message
 
 
 def test_unclosed_block_is_an_error(tmp_path):
@@ -215,15 +215,15 @@ def test_observations_append_in_order(tmp_path):
 
     text = path.read_text(encoding="utf-8")
     heads = [line for line in text.split("\n") if line.startswith("### Observed")]
-    assert heads == ["### Observed (2025-01-01 10:00)", "### Observed (2025-01-01 10:05)",
-                     "### Observed (2025-01-01 10:09)"]
+    assert heads == ["### Observed — 00-no-cap (2025-01-01 10:00)", "### Observed — 00-no-cap (2025-01-01 10:05)",
+                     "### Observed — 00-no-cap (2025-01-01 10:09)"], "every observed block names its break"
     first = text[text.index(heads[0]):text.index(heads[1])]
     assert "```observed\noutcome: timeout\nstop_reason: killed by harness after 30 s\n" in first
     assert "cpu_percent: 97.2\ntool_calls: 100\nprocesses_left: 0\n```" in first
     assert "| tool_calls | 200 | 100 | hit |" in first
     assert "| wall_s | 30 | 30.4 | hit |" in first
-    # Links are relative to the notebook: learners/bea/phase-32/notes -> ROOT/runs
-    assert "[0.json](../../../../runs/0.json)" in first and "[0.svg](../../../../runs/0.svg)" in first
+    # Links are relative to the notebook: learners/bea -> ROOT/runs
+    assert "[0.json](../../runs/0.json)" in first and "[0.svg](../../runs/0.svg)" in first
     # The prediction is untouched by all of this.
     assert read_prediction(tmp_path, "bea", "00-no-cap") == pred
 
@@ -241,9 +241,9 @@ def test_render_and_how_to():
     plain = console.export_text()
     assert "hit" in plain and "miss" in plain and "not predicted" in plain
     message = how_to_predict("00-no-cap", "bea")
-    assert "invoke predict --variant no-cap --learner bea" in message
-    assert "learners/bea/phase-32/notes/breaks.md" in message
-    assert "invoke exp --variant no-cap --learner bea" in message
+    assert "invoke predict no-cap --learner bea" in message
+    assert "learners/bea/notebook.md" in message
+    assert "invoke exp no-cap --learner bea" in message
 
 
 def test_worked_example_reads():
@@ -266,7 +266,7 @@ def test_a_run_that_never_exercised_the_break_scores_nothing(tmp_path):
     assert "| processes_left | 1 | 0 | not exercised |" in text and "| miss |" not in text
     assert "machine: busy (other programs 101.3 % CPU)\nexercised: no\n```" in text
     assert "never exercised the break (it needs 1 tool calls" in text
-    assert "invoke exp --variant orphan-server --learner bea" in text
+    assert "invoke exp orphan-server --learner bea" in text
     console = Console(record=True, width=120)
     console.print(render_comparison(rows))
     assert "not exercised" in console.export_text() and "miss" not in console.export_text()
@@ -281,3 +281,123 @@ def test_an_exercised_run_is_scored_even_on_a_busy_machine(tmp_path):
     text = path.read_text(encoding="utf-8")
     assert "| outcome | fallback | timeout | miss |" in text
     assert "The machine was busy during this run" in text and "exercised: no" not in text
+
+
+# --------------------------------------------------------------------------
+# The layout, and moving notebooks kept at the first one
+# --------------------------------------------------------------------------
+
+def test_a_notebook_at_the_first_layout_moves_byte_for_byte(tmp_path):
+    from miniagent.lab.notebook import MigrationError, OLD_RELPATH, migrate
+
+    folder = tmp_path / "learners" / "bea"
+    old = folder / OLD_RELPATH
+    old.parent.mkdir(parents=True)
+    # a byte-order mark, CRLF, trailing spaces, non-ASCII, a tab, no final newline, and a stray byte
+    original = ("\ufeff# mis notas\r\n\r\n## 00-no-cap — x\r\n\r\n```prediction\r\noutcome: timeout  \r\n```\r\n"
+                "\tñandú — «sí»").encode("utf-8") + b"\xff"
+    old.write_bytes(original)
+    (old.parent.parent / "my-sketch.txt").write_text("kept where it is")
+    assert migrate(tmp_path, "bea") == old
+    new = notebook_path(tmp_path, "bea")
+    assert new == folder / "notebook.md" and new.read_bytes() == original
+    assert not old.exists() and not old.parent.exists(), "the emptied notes/ folder is removed"
+    assert (folder / "phase-32" / "my-sketch.txt").read_text() == "kept where it is", "other files stay"
+    assert migrate(tmp_path, "bea") is None  # nothing left to move
+    # both present: nothing moves, nothing is overwritten
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"older notes")
+    with pytest.raises(MigrationError, match="both exist"):
+        migrate(tmp_path, "bea")
+    assert new.read_bytes() == original and old.read_bytes() == b"older notes"
+
+
+def test_the_lab_reads_a_notebook_from_the_first_layout(tmp_path):
+    """Any command moves it first, so a learner's old predictions are found where they were."""
+    from miniagent.lab.notebook import OLD_RELPATH
+
+    path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
+    fill(path, outcome="timeout")
+    old = tmp_path / "learners" / "bea" / OLD_RELPATH
+    old.parent.mkdir(parents=True)
+    path.rename(old)
+    before = old.read_bytes()
+    assert read_prediction(tmp_path, "bea", "00-no-cap")["outcome"] == "timeout"
+    assert notebook_path(tmp_path, "bea").read_bytes() == before and not old.exists()
+
+
+def test_ada_moved_without_losing_a_byte():
+    """learners/ada's notebook is at the new place, and (where git history is at hand) byte for byte
+    the file it was at the first layout."""
+    import subprocess
+
+    new = ROOT / "learners" / "ada" / "notebook.md"
+    assert new.is_file() and not (ROOT / "learners" / "ada" / "phase-32").exists()
+    old_path = "learners/ada/phase-32/notes/breaks.md"
+    log = subprocess.run(["git", "log", "--format=%H", "--diff-filter=D", "-1", "--", old_path], cwd=ROOT,
+                         capture_output=True, text=True)
+    if log.returncode != 0 or not log.stdout.strip():
+        pytest.skip("no git history of the first layout here")
+    before = subprocess.run(["git", "show", f"{log.stdout.strip()}^:{old_path}"], cwd=ROOT, capture_output=True)
+    assert before.returncode == 0 and new.read_bytes() == before.stdout
+
+
+# --------------------------------------------------------------------------
+# Bilingual notebooks, and what the observed blocks say
+# --------------------------------------------------------------------------
+
+def test_a_spanish_notebook_from_its_template_to_its_observed_block(tmp_path):
+    template = ROOT / "learners" / "_template" / "notebook.es.md"
+    (tmp_path / "learners" / "_template").mkdir(parents=True)
+    (tmp_path / "learners" / "_template" / "notebook.es.md").write_bytes(template.read_bytes())
+    path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "Agente sin terminación", lang="es")
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith(template.read_text(encoding="utf-8"))
+    assert "# segundos hasta que acaba o lo matan" in text and "### Por qué lo creo" in text
+    assert "Before you run it" not in text and "Why I think so" not in text
+    fill(path, outcome="fallback", wall_s="30", processes_left="0")
+    pred = read_prediction(tmp_path, "bea", "00-no-cap")
+    assert pred["outcome"] == "fallback" and pred["wall_s"] == 30.0
+    rows = compare(pred, OBSERVED)
+    append_observation(tmp_path, "bea", "00-no-cap", OBSERVED, rows, None, None, "ahora", lang="es")
+    text = path.read_text(encoding="utf-8")
+    assert "### Observado — 00-no-cap (ahora)" in text
+    assert "| | predicho | observado | acierto/fallo | tolerancia |" in text
+    assert "| outcome | fallback | timeout | fallo | exact" in text and "| wall_s | 30 | 30.4 | acierto |" in text
+    assert "| cpu_percent | ? | 97.2 | sin predecir |" in text
+    assert "**¿Qué te ha sorprendido?** Han fallado 1 de tus 3 predicciones" in text
+    assert "`invoke hint no-cap`" in text
+    for english in ("Observed", "predicted", "hit", "miss", "not predicted", "surprised"):
+        assert english not in text[len(template.read_text(encoding="utf-8")):], english
+
+
+def test_a_run_with_misses_asks_what_surprised_you_and_one_without_does_not(tmp_path):
+    path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
+    append_observation(tmp_path, "bea", "00-no-cap", OBSERVED, compare({"outcome": "timeout"}, OBSERVED),
+                       None, None, "1")
+    assert "surprised" not in path.read_text(encoding="utf-8"), "every prediction hit: nothing to ask"
+    append_observation(tmp_path, "bea", "00-no-cap", OBSERVED,
+                       compare({"outcome": "answer", "tool_calls": 1}, OBSERVED), None, None, "2")
+    text = path.read_text(encoding="utf-8")
+    assert "**What surprised you?** 2 of your 2 predictions missed." in text
+    assert "Stuck? `invoke hint no-cap` gives hint 1" in text
+
+
+def test_a_missing_stop_reason_is_written_none(tmp_path):
+    path = append_observation(tmp_path, "bea", "00-no-cap", {**OBSERVED, "stop_reason": None}, [], None, None, "x")
+    assert "stop_reason: none\n" in path.read_text(encoding="utf-8")
+    assert "stop_reason: ?" not in path.read_text(encoding="utf-8"), "'?' means not predicted, nothing else"
+
+
+def test_crash_means_the_same_in_the_templates_and_in_the_harness():
+    from miniagent.lab.harness import Progress, RunRecord, _fill_outcome
+
+    record = RunRecord(command=["x"], timeout=1.0)
+    _fill_outcome(record, Progress(), {}, timed_out=False, interrupted=False)
+    assert record.outcome == "crash" and record.stop_reason is None  # ended without reporting a stop reason
+    en = (ROOT / "learners" / "_template" / "notebook.md").read_text(encoding="utf-8")
+    es = (ROOT / "learners" / "_template" / "notebook.es.md").read_text(encoding="utf-8")
+    assert "`crash` (the process ends without reporting any stop reason" in " ".join(en.split())
+    assert "`crash` (el proceso termina sin informar de ningún motivo de parada" in " ".join(es.split())
+    for text in (en, es):
+        assert "`stop_reason: none`" in text and "at the end" in text or "al final" in text

@@ -1,2 +1,3 @@
-python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/invoke exp --variant no-cap
-.venv/bin/invoke test
+python3 -m venv .venv && source .venv/bin/activate && pip install -e '.[dev]'
+invoke exp no-cap
+invoke test

@@ -179,7 +179,7 @@ class GrammarTutor:
         self.trace.emit("model_action", turn=None if final else self.stats.turns + 1, final=final,
                         text=reply.text, finish_reason=reply.finish_reason,
                         prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                        scoring_tokens=reply.scoring_tokens, latency_s=round(reply.latency_s, 4), final=final)
+                        scoring_tokens=reply.scoring_tokens, latency_s=round(reply.latency_s, 4))
         return reply
 
     def run_tool(self, action: Action) -> str:

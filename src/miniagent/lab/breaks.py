@@ -20,9 +20,11 @@ import sys
 import tempfile
 import tomllib
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
+LANGS = ("en", "es")
 
 
 class BreakError(RuntimeError):
@@ -124,13 +126,13 @@ class Expect:
 @dataclass
 class Break:
     id: str
-    title: dict[str, str]
-    removes: str
+    title: dict[str, str]      # {"en": ..., "es": ...}: every text a learner reads comes in both languages
+    removes: dict[str, str]
     input: str
     timeout_s: float
     llm: str  # the model that reproduces it: "llama" or a named scripted stand-in
     real_model: bool  # False: the real model did not reproduce it (see stand_in_why)
-    stand_in_why: str
+    stand_in_why: dict[str, str]  # {} for the real model
     flags: list[str]
     ci_llm: str  # the model check-breaks uses (a stand-in keeps CI fast)
     # How much of the loop a run must show before its timeout may end it ({"tool_calls": 1}):
@@ -138,7 +140,7 @@ class Break:
     needs: dict[str, int]
     hard_cap_s: float | None  # nothing runs longer (seconds after launch); None: the harness's default
     tests: list[str]
-    symptom: dict[str, str]
+    symptom: dict[str, dict[str, str]]  # outcome / cpu / trace -> {"en": ..., "es": ...}
     expect: Expect
     hidden_cause: dict[str, str]
     hints: dict[str, list[str]]
@@ -159,14 +161,22 @@ class Break:
         if data["id"] != folder.name:
             raise BreakError(f"{folder}: id {data['id']!r} does not match the folder name")
         run, symptom = data["run"], data["symptom"]
+
+        def both(value, where: str) -> dict[str, str]:
+            if not (isinstance(value, dict) and all(isinstance(value.get(lang), str) and value[lang].strip()
+                                                    for lang in LANGS)):
+                raise BreakError(f"{folder / 'break.toml'}: {where} needs an 'en' and an 'es' text")
+            return {lang: value[lang] for lang in LANGS}
+
         return cls(
-            id=data["id"], title=data["title"], removes=data["removes"], input=run["input"],
-            timeout_s=float(run["timeout_s"]), llm=run["llm"], real_model=run["llm"] == "llama",
-            stand_in_why=run.get("stand_in_why", ""), flags=list(run.get("flags", [])),
+            id=data["id"], title=both(data["title"], "title"), removes=both(data["removes"], "removes"),
+            input=run["input"], timeout_s=float(run["timeout_s"]), llm=run["llm"], real_model=run["llm"] == "llama",
+            stand_in_why=both(run["stand_in_why"], "run.stand_in_why") if "stand_in_why" in run else {},
+            flags=list(run.get("flags", [])),
             ci_llm=run.get("ci_llm", run["llm"]), needs={k: int(v) for k, v in run.get("needs", {}).items()},
             hard_cap_s=float(run["hard_cap_s"]) if "hard_cap_s" in run else None, tests=list(data["check"]["tests"]),
-            symptom={k: v for k, v in symptom.items() if isinstance(v, str)},
-            expect=Expect(**data["check"].get("expect", {})), hidden_cause=data["hidden_cause"],
+            symptom={key: both(text, f"symptom.{key}") for key, text in symptom.items()},
+            expect=Expect(**data["check"].get("expect", {})), hidden_cause=both(data["hidden_cause"], "hidden_cause"),
             hints=data["hints"], folder=folder, docs=data.get("docs", {}),
         )
 
@@ -215,6 +225,97 @@ def revert_in_tree(brk: Break, root: Path = ROOT) -> None:
             f"{brk.id} is not applied as it was (not applied at all, or you edited those lines: "
             f"nothing was changed).\n{check.stderr.strip()}")
     _git_apply(root, brk.patch, "--reverse").check_returncode()
+
+
+def patched_files(brk: Break) -> list[str]:
+    """The paths (relative to the repository root) the break's patch changes."""
+    out = []
+    for line in brk.patch.read_text(encoding="utf-8").splitlines():
+        if line.startswith("+++ b/"):
+            out.append(line[len("+++ b/"):])
+    return out
+
+
+@dataclass
+class ResetResult:
+    how: str  # "intact" (nothing to do), "reverted" (the patch was there as it was), "merged" (your lines replaced)
+    files: list[str] = field(default_factory=list)   # files changed
+    backup: Path | None = None                      # where the files were saved before they changed
+
+
+def reset_in_tree(brk: Break, root: Path = ROOT, backups: Path | None = None) -> ResetResult:
+    """Back to the intact source for this break only, whatever you did to its lines; other edits stay.
+
+    - Already intact for this break: nothing changes.
+    - The break is applied as it was: exactly ``invoke fix`` (the patch reversed).
+    - You edited the broken lines (a fix in progress): for each file the patch touches, a three-way
+      merge puts the intact lines back and keeps every other change you made to that file
+      (``git merge-file``: base = the broken file, yours = the file now, theirs = the intact file,
+      conflicts resolved to the intact side).  The intact and broken files come from the last commit
+      (``git show HEAD:path``) with the patch applied or reversed.  Each changed file is first copied
+      to ``backups/`` so nothing you wrote is lost, and the result is checked: if the break's lines
+      are still not intact, every file is put back as it was and the reset is refused.
+    """
+    if _git_apply(root, brk.patch, "--check").returncode == 0:
+        return ResetResult("intact")
+    if is_applied(brk, root):
+        revert_in_tree(brk, root)
+        return ResetResult("reverted", patched_files(brk))
+    files = patched_files(brk)
+    intact, broken = _reference_versions(brk, root, files)
+    merged: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory(prefix="miniagent-reset-") as tmp:
+        for rel in files:
+            current = (root / rel).read_bytes() if (root / rel).exists() else b""
+            paths = []
+            for name, data in (("current", current), ("base", broken[rel]), ("other", intact[rel])):
+                path = Path(tmp) / name
+                path.write_bytes(data)
+                paths.append(str(path))
+            result = subprocess.run(["git", "merge-file", "-p", "--theirs", *paths], capture_output=True)
+            if result.returncode < 0 or result.returncode > 127:
+                raise BreakError(f"git merge-file failed on {rel}: {result.stderr.decode(errors='replace')}")
+            merged[rel] = result.stdout
+    changed = [rel for rel in files if (root / rel).read_bytes() != merged[rel]]
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    backup = (backups or root / ".miniagent" / "backups") / f"{stamp}-reset-{brk.alias}"
+    originals = {}
+    for rel in changed:
+        originals[rel] = (root / rel).read_bytes()
+        (backup / rel).parent.mkdir(parents=True, exist_ok=True)
+        (backup / rel).write_bytes(originals[rel])
+    for rel in changed:
+        (root / rel).write_bytes(merged[rel])
+    if _git_apply(root, brk.patch, "--check").returncode != 0:  # the break's lines must now be intact
+        for rel, data in originals.items():
+            (root / rel).write_bytes(data)
+        raise BreakError(f"could not bring {brk.id}'s lines back to intact; every file is as it was "
+                         f"(copies in {backup}).")
+    return ResetResult("merged", changed, backup if changed else None)
+
+
+def _reference_versions(brk: Break, root: Path, files: list[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """(intact, broken) contents of the patched files, from the last commit with the patch applied or reversed."""
+    ref: dict[str, bytes] = {}
+    for rel in files:
+        shown = subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=root, capture_output=True)
+        if shown.returncode != 0:
+            raise BreakError(f"cannot reset {brk.id}: {rel} is not in the last commit of a git checkout "
+                             f"({shown.stderr.decode(errors='replace').strip()}); nothing was changed.")
+        ref[rel] = shown.stdout
+    with tempfile.TemporaryDirectory(prefix="miniagent-ref-") as tmp:
+        work = Path(tmp)
+        for rel, data in ref.items():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            (work / rel).write_bytes(data)
+        if _git_apply(work, brk.patch, "--check").returncode == 0:  # the commit is intact for this break
+            _git_apply(work, brk.patch).check_returncode()
+            return ref, {rel: (work / rel).read_bytes() for rel in files}
+        if _git_apply(work, brk.patch, "--reverse", "--check").returncode == 0:  # the break was committed
+            _git_apply(work, brk.patch, "--reverse").check_returncode()
+            return {rel: (work / rel).read_bytes() for rel in files}, ref
+    raise BreakError(f"cannot reset {brk.id}: the last commit has neither the intact nor the broken lines of "
+                     "this break; nothing was changed.")
 
 
 # --- sandboxes (invoke exp / check-breaks) -------------------------------------------------

@@ -1,9 +1,12 @@
 """The predictions notebook: write down what a break will do, then compare with what it did.
 
-Each learner has one Markdown file, ``learners/NAME/phase-32/notes/breaks.md``.
+Each learner has one Markdown file, ``learners/NAME/notebook.md``, in English or
+in Spanish (chosen once, when it is created: ``invoke predict ... --lang es``).
 ``invoke predict`` appends an empty prediction section for a break; the learner
 fills it in by hand; ``invoke exp`` runs the broken agent, reads the prediction
-back, and appends what was observed next to it.
+back, and appends an observed block, which names its break, at the end of the file.
+Notebooks kept at the lab's first layout (``learners/NAME/phase-32/notes/breaks.md``)
+are moved to the new place byte for byte (:func:`migrate`).
 
 The file belongs to the learner, so this module follows one rule everywhere:
 **it only ever appends**.  It never rewrites, reorders or "fixes" what is
@@ -36,10 +39,13 @@ from rich.text import Text
 # The shape of a prediction
 # --------------------------------------------------------------------------
 
+# The outcome words are the harness's own (harness._fill_outcome), in both languages:
+# answer (stop reason "answered"), fallback (any other stop reason), timeout (killed at the
+# harness's time limit), crash (the process ended without reporting any stop reason).
 OUTCOMES = ("answer", "fallback", "timeout", "crash")
 
-# field -> comment shown next to it in the prediction block.  The order here
-# is the order of the block, the observed block and the comparison table.
+# The keys of a prediction block, in the order of the block, the observed block and the comparison.
+# They are identifiers, the same in both languages; the comments beside them follow the notebook's language.
 FIELDS: dict[str, str] = {
     "outcome": "answer | fallback | timeout | crash",
     "wall_s": "seconds until it ends or is killed",
@@ -49,20 +55,103 @@ FIELDS: dict[str, str] = {
 }
 NUMERIC_FIELDS = ("wall_s", "cpu_percent", "tool_calls", "processes_left")
 
-# A value the learner has not filled in yet.
+# A value the learner has not filled in yet ("?" means "not predicted", nothing else).
 NOT_PREDICTED = ("", "?")
+# What an observed block writes when the run reported no stop reason.
+NO_STOP_REASON = "none"
 
-NOTEBOOK_RELPATH = Path("phase-32") / "notes" / "breaks.md"
+LANGS = ("en", "es")
+NOTEBOOK_FILE = "notebook.md"
+OLD_RELPATH = Path("phase-32") / "notes" / "breaks.md"  # the lab's first layout (see migrate)
 TEMPLATE_LEARNER = "_template"
 
+TEXT: dict[str, dict[str, Any]] = {
+    "en": {
+        "comments": FIELDS,
+        "intro": "Before you run it: replace each `?` with your guess (leave `?` if you have none).",
+        "why": "### Why I think so",
+        "observed": "### Observed — {id} ({when})",
+        "cols": "| | predicted | observed | hit/miss | tolerance |",
+        "hit": "hit", "miss": "miss", "not_predicted": "not predicted", "not_observed": "not observed",
+        "not_exercised": "not exercised",
+        "no_prediction": "No prediction was written before this run.",
+        "busy_line": "machine: busy (other programs {cpu} % CPU)",
+        "busy": "The machine was busy during this run: wall time and CPU figures are disturbed.",
+        "unexercised": "This run never exercised the break (it needs {needs} before its timeout may end it), so it "
+                       "says nothing about the prediction and nothing was scored. Run it again: `{rerun}`.",
+        "more_loop": "more of the loop",
+        "surprised": "**What surprised you?** {n} of your {total} predictions missed. Before you read on, write "
+                     "here what you expected, what happened instead, and what in the loop could explain the gap. "
+                     "Stuck? `invoke hint {alias}` gives hint 1 (then 2, then 3).",
+        "record": "run record", "chart": "chart",
+        "table_title": "Your prediction vs what happened",
+        "table_cols": ("field", "predicted", "observed", "result", "tolerance"),
+        "how_to": ("You have no prediction for {id} yet. Predict first: the lesson is the gap\n"
+                   "between what you expect and what happens.\n"
+                   "  1. invoke predict {alias} --learner {learner}\n"
+                   "  2. open {notes} and replace each ? in the prediction block with your guess\n"
+                   "     (and write a line under 'Why I think so')\n"
+                   "  3. run the experiment again: invoke exp {alias} --learner {learner}"),
+    },
+    "es": {
+        "comments": {
+            "outcome": "answer | fallback | timeout | crash",
+            "wall_s": "segundos hasta que acaba o lo matan",
+            "cpu_percent": "CPU media del árbol de procesos, 100 = un núcleo",
+            "tool_calls": "llamadas a herramientas MCP",
+            "processes_left": "procesos que siguen vivos al acabar",
+        },
+        "intro": "Antes de ejecutarla: cambia cada `?` por lo que esperas (deja `?` si no tienes ni idea).",
+        "why": "### Por qué lo creo",
+        "observed": "### Observado — {id} ({when})",
+        "cols": "| | predicho | observado | acierto/fallo | tolerancia |",
+        "hit": "acierto", "miss": "fallo", "not_predicted": "sin predecir", "not_observed": "sin observar",
+        "not_exercised": "no ejercitada",
+        "no_prediction": "No había ninguna predicción escrita antes de esta ejecución.",
+        "busy_line": "machine: busy (other programs {cpu} % CPU)",
+        "busy": "La máquina estaba ocupada durante esta ejecución: el tiempo y las cifras de CPU están alterados.",
+        "unexercised": "Esta ejecución no llegó a ejercitar la avería (necesita {needs} antes de que el tiempo límite "
+                       "pueda cortarla), así que no dice nada de la predicción y no se ha puntuado. Vuelve a "
+                       "ejecutarla: `{rerun}`.",
+        "more_loop": "recorrer más bucle",
+        "surprised": "**¿Qué te ha sorprendido?** Han fallado {n} de tus {total} predicciones. Antes de seguir "
+                     "leyendo, escribe aquí qué esperabas, qué pasó en su lugar y qué parte del bucle podría "
+                     "explicar la diferencia. ¿Atascado? `invoke hint {alias}` te da la pista 1 (y luego la 2 y la 3).",
+        "record": "registro de la ejecución", "chart": "gráfica",
+        "table_title": "Tu predicción frente a lo que pasó",
+        "table_cols": ("campo", "predicho", "observado", "resultado", "tolerancia"),
+        "how_to": ("Todavía no tienes una predicción para {id}. Predice primero: la lección está en la\n"
+                   "distancia entre lo que esperas y lo que pasa.\n"
+                   "  1. invoke predict {alias} --learner {learner}\n"
+                   "  2. abre {notes} y cambia cada ? del bloque de predicción por lo que esperas\n"
+                   "     (y escribe una línea bajo «Por qué lo creo»)\n"
+                   "  3. vuelve a lanzar el experimento: invoke exp {alias} --learner {learner}"),
+    },
+}
+
 # Used when the repository's template notebook is not there (e.g. in tests).
-_DEFAULT_HEADER = (
-    "# My predictions for the breaks\n"
-    "\n"
-    "Predict first, then run: `invoke predict --variant ID --learner NAME` adds a\n"
-    "section here; replace each `?`, say why, then run `invoke exp`.  These notes\n"
-    "are yours: the lab only ever appends to this file.\n"
-)
+_DEFAULT_HEADER = {
+    "en": ("# My predictions for the breaks\n"
+           "\n"
+           "Predict first, then run: `invoke predict ID --learner NAME` adds a section at\n"
+           "the end of this file; replace each `?`, say why, then run `invoke exp`. Every\n"
+           "run appends an observed block at the end, naming its break. These notes are\n"
+           "yours: the lab only ever appends to this file.\n"),
+    "es": ("# Mis predicciones para las averías\n"
+           "\n"
+           "Primero predice, después ejecuta: `invoke predict ID --learner NOMBRE` añade una\n"
+           "sección al final de este fichero; cambia cada `?`, explica por qué y lanza\n"
+           "`invoke exp`. Cada ejecución añade al final un bloque observado con el nombre de\n"
+           "su avería. Estas notas son tuyas: el laboratorio solo añade texto al final.\n"),
+}
+
+
+def _lang(lang: str | None) -> str:
+    if lang is None:
+        return "en"
+    if lang not in LANGS:
+        raise ValueError(f"the notebook's language must be one of {', '.join(LANGS)}, not {lang!r}")
+    return lang
 
 
 class PredictionError(ValueError):
@@ -82,8 +171,8 @@ class PredictionError(ValueError):
 _LEARNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def notebook_path(root: str | os.PathLike = ".", learner: str = "") -> Path:
-    """``ROOT/learners/NAME/phase-32/notes/breaks.md``.
+def learner_folder(root: str | os.PathLike = ".", learner: str = "") -> Path:
+    """``ROOT/learners/NAME``: everything of one learner.
 
     The name becomes a folder, so it must be a plain name: no slashes, no
     ``..``, and not starting with ``_`` (``_template`` is the lab's, not a
@@ -94,7 +183,41 @@ def notebook_path(root: str | os.PathLike = ".", learner: str = "") -> Path:
             f"learner name {learner!r} is not usable as a folder name: "
             "use letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
-    return Path(root) / "learners" / learner / NOTEBOOK_RELPATH
+    return Path(root) / "learners" / learner
+
+
+def notebook_path(root: str | os.PathLike = ".", learner: str = "") -> Path:
+    """``ROOT/learners/NAME/notebook.md``."""
+    return learner_folder(root, learner) / NOTEBOOK_FILE
+
+
+class MigrationError(ValueError):
+    """Both the old and the new notebook exist: the lab will not choose between them."""
+
+
+def migrate(root: str | os.PathLike, learner: str) -> Path | None:
+    """Move a notebook from the first layout (``phase-32/notes/breaks.md``) to ``notebook.md``.
+
+    The file is renamed, not copied and rewritten, so every byte stays as it was (line endings,
+    a byte-order mark, a missing final newline).  Folders left empty are removed; anything else the
+    learner kept there stays.  If both files exist, nothing moves and MigrationError says so.
+    Returns the old path when it moved something, else None.
+    """
+    folder = learner_folder(root, learner)
+    old, new = folder / OLD_RELPATH, folder / NOTEBOOK_FILE
+    if not old.is_file():
+        return None
+    if new.exists():
+        raise MigrationError(
+            f"{new} and {old} both exist: the lab will not choose between your notebooks. Keep the one "
+            f"you use as {new.name} (copy anything you want from the other), then remove or rename {old}.")
+    os.rename(old, new)
+    for empty in (old.parent, old.parent.parent):
+        try:
+            empty.rmdir()  # only if empty
+        except OSError:
+            break
+    return old
 
 
 def alias_of(variant_id: str) -> str:
@@ -199,14 +322,16 @@ def _append(path: Path, new_text: str) -> None:
         f.write(sep + body)
 
 
-def _ensure_notebook(root: Path, learner: str) -> Path:
-    """Create the learner's folders and notebook if missing; never touch an existing one."""
+def _ensure_notebook(root: Path, learner: str, lang: str | None = None) -> Path:
+    """Create the learner's folder and notebook (in ``lang``) if missing; never touch an existing one."""
+    migrate(root, learner)
     path = notebook_path(root, learner)
     if path.exists():
         return path
+    lang = _lang(lang)
     path.parent.mkdir(parents=True, exist_ok=True)
-    template = root / "learners" / TEMPLATE_LEARNER / NOTEBOOK_RELPATH
-    header = template.read_text(encoding="utf-8") if template.exists() else _DEFAULT_HEADER
+    template = root / "learners" / TEMPLATE_LEARNER / ("notebook.md" if lang == "en" else f"notebook.{lang}.md")
+    header = template.read_text(encoding="utf-8") if template.exists() else _DEFAULT_HEADER[lang]
     # "x" (exclusive create): if two commands race, the second fails instead of overwriting.
     with path.open("x", encoding="utf-8", newline="") as f:
         f.write(header)
@@ -217,11 +342,11 @@ def _ensure_notebook(root: Path, learner: str) -> Path:
 # 1. add_prediction
 # --------------------------------------------------------------------------
 
-def prediction_block(values: dict[str, Any] | None = None, fence: str = "prediction") -> str:
+def prediction_block(values: dict[str, Any] | None = None, fence: str = "prediction", lang: str = "en") -> str:
     """The fenced ``key: value  # comment`` block; missing values are written as ``?``."""
     values = values or {}
     out = [f"```{fence}"]
-    for key, comment in FIELDS.items():
+    for key, comment in TEXT[_lang(lang)]["comments"].items():
         value = values.get(key)
         shown = "?" if value is None else _fmt(value)
         # Comments line up in one column, so the block reads like a form.
@@ -230,26 +355,29 @@ def prediction_block(values: dict[str, Any] | None = None, fence: str = "predict
     return "\n".join(out) + "\n"
 
 
-def add_prediction(root: str | os.PathLike, learner: str, variant_id: str, title: str) -> tuple[Path, bool]:
-    """Append an empty prediction section for ``variant_id``.
+def add_prediction(root: str | os.PathLike, learner: str, variant_id: str, title: str,
+                   lang: str | None = None) -> tuple[Path, bool]:
+    """Append an empty prediction section for ``variant_id``, in ``lang`` (English by default).
 
     Returns ``(path, created)``.  If the notebook already has a section for
     this variant, nothing is written and ``created`` is False: the learner's
     prediction lives there and is edited there, never replaced.
     """
     root = Path(root)
-    path = _ensure_notebook(root, learner)
+    lang = _lang(lang)
+    t = TEXT[lang]
+    path = _ensure_notebook(root, learner, lang)
     if _find_section(_lines(_read_text(path)), variant_id) is not None:
         return path, False
     heading = f"## {variant_id} — {title}" if title else f"## {variant_id}"
     section = (
         f"{heading}\n"
         "\n"
-        "Before you run it: replace each `?` with your guess (leave `?` if you have none).\n"
+        f"{t['intro']}\n"
         "\n"
-        f"{prediction_block()}"
+        f"{prediction_block(lang=lang)}"
         "\n"
-        "### Why I think so\n"
+        f"{t['why']}\n"
         "\n"
     )
     _append(path, section)
@@ -291,6 +419,7 @@ def read_prediction(root: str | os.PathLike, learner: str, variant_id: str) -> d
     line) when the block cannot be read: a bad value, an unknown or repeated
     key, a missing or unclosed block.
     """
+    migrate(root, learner)
     path = notebook_path(root, learner)
     if not path.exists():
         return None
@@ -457,12 +586,19 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _hit_word(hit: bool | None, predicted: Any, note: str | None = None) -> str:
+def _hit_word(hit: bool | None, predicted: Any, note: str | None = None, lang: str = "en") -> str:
+    t = TEXT[lang]
     if note:
-        return note
+        return t["not_exercised"] if note == "not exercised" else note
     if hit is None:
-        return "not predicted" if predicted is None else "not observed"
-    return "hit" if hit else "miss"
+        return t["not_predicted"] if predicted is None else t["not_observed"]
+    return t["hit"] if hit else t["miss"]
+
+
+def _tolerance(rule: str, lang: str) -> str:
+    if lang == "es":
+        return rule.replace(" or ", " o ").replace("exact", "exacto").replace("points", "puntos")
+    return rule
 
 
 def _link(target: str | os.PathLike | None, root: Path, notebook: Path) -> str | None:
@@ -477,52 +613,59 @@ def _link(target: str | os.PathLike | None, root: Path, notebook: Path) -> str |
 
 def append_observation(root: str | os.PathLike, learner: str, variant_id: str, observed: dict[str, Any],
                        rows: list[Row] | None, json_path: str | os.PathLike | None,
-                       svg_path: str | os.PathLike | None, when: str) -> Path:
-    """Append an ``### Observed`` block for one run: the record, the comparison, links to the run.
+                       svg_path: str | os.PathLike | None, when: str, lang: str | None = None) -> Path:
+    """Append an observed block for one run at the end of the file: the record, the comparison, links.
 
-    Every run adds a new block at the end of the file.  If the variant's
-    section is the last one, the block reads as part of it
-    (``### Observed (when)``); otherwise it names the variant
-    (``### Observed — 00-no-cap (when)``), because it lands under another
-    section and moving text around in the learner's file is not allowed.
+    The heading always names the break (``### Observed — 00-no-cap (when)``), since
+    the block lands at the end of the file, under whatever section came last, and
+    moving text around in the learner's file is not allowed.  A run that reported
+    no stop reason is written ``stop_reason: none`` (``?`` means "not predicted").
+    After a scored run with misses, the block asks what surprised the learner and
+    points to the first hint.
     """
     root = Path(root)
-    path = _ensure_notebook(root, learner)
-    sections = _sections(_lines(_read_text(path)))
-    is_last = bool(sections) and _same_variant(sections[-1].variant_id, variant_id)
-    heading = f"### Observed ({when})" if is_last else f"### Observed — {variant_id} ({when})"
+    lang = _lang(lang)
+    t = TEXT[lang]
+    path = _ensure_notebook(root, learner, lang)
+    heading = t["observed"].format(id=variant_id, when=when)
 
     seen = observed_values(observed)
     record = ["```observed"]
     for key in ("outcome", "stop_reason", *NUMERIC_FIELDS):
+        value = seen.get(key)
+        if key == "stop_reason" and not value:
+            value = NO_STOP_REASON
         # One line per key, even if a stop reason spans lines (the block must stay parseable).
-        record.append(f"{key}: {' '.join(_fmt(seen.get(key)).split())}")
+        record.append(f"{key}: {' '.join(_fmt(value).split())}")
     if observed.get("machine_busy"):
-        record.append(f"machine: busy (other programs {_fmt(observed.get('other_cpu_mean'))} % CPU)")
+        record.append(t["busy_line"].format(cpu=_fmt(observed.get("other_cpu_mean"))))
     if not exercised(observed):
         record.append("exercised: no")
     record.append("```")
 
     parts = [heading, "", *record, ""]
+    alias = alias_of(variant_id)
     if not exercised(observed):
         needs = ", ".join(f"{n} {key.replace('_', ' ')}" for key, n in (observed.get("needs") or {}).items())
-        parts += [f"This run never exercised the break (it needs {needs or 'more of the loop'} before its "
-                  "timeout may end it), so it says nothing about the prediction and nothing was scored. "
-                  f"Run it again: `invoke exp --variant {alias_of(variant_id)} --learner {learner}`.", ""]
+        parts += [t["unexercised"].format(needs=needs or t["more_loop"],
+                                          rerun=f"invoke exp {alias} --learner {learner}"), ""]
     elif observed.get("machine_busy"):
-        parts += ["The machine was busy during this run: wall time and CPU figures are disturbed.", ""]
+        parts += [t["busy"], ""]
     if rows:
-        parts += ["| | predicted | observed | hit/miss | tolerance |",
-                  "|---|---|---|---|---|"]
+        parts += [t["cols"], "|---|---|---|---|---|"]
         for r in rows:
             parts.append(f"| {r.field} | {_fmt(r.predicted)} | {_fmt(r.observed)} "
-                         f"| {_hit_word(r.hit, r.predicted, r.note)} | {r.tolerance} |")
+                         f"| {_hit_word(r.hit, r.predicted, r.note, lang)} | {_tolerance(r.tolerance, lang)} |")
         parts.append("")
+        misses = [r for r in rows if r.hit is False]
+        scored = [r for r in rows if r.hit is not None]
+        if misses:
+            parts += [t["surprised"].format(n=len(misses), total=len(scored), alias=alias), ""]
     else:
-        parts += ["No prediction was written before this run.", ""]
+        parts += [t["no_prediction"], ""]
 
     links = []
-    for label, target in (("run record", json_path), ("chart", svg_path)):
+    for label, target in ((t["record"], json_path), (t["chart"], svg_path)):
         rel = _link(target, root, path)
         if rel:
             links.append(f"- {label}: [{Path(rel).name}]({rel})")
@@ -537,37 +680,29 @@ def append_observation(root: str | os.PathLike, learner: str, variant_id: str, o
 # 5. Terminal output
 # --------------------------------------------------------------------------
 
-def render_comparison(rows: list[Row]) -> Table:
+def render_comparison(rows: list[Row], lang: str = "en") -> Table:
     """The comparison as a rich table: hits green, misses red, fields not predicted dim."""
-    table = Table(title="Your prediction vs what happened", title_justify="left")
-    table.add_column("field")
-    table.add_column("predicted", justify="right")
-    table.add_column("observed", justify="right")
-    table.add_column("result")
-    table.add_column("tolerance", style="dim")
+    t = TEXT[_lang(lang)]
+    table = Table(title=t["table_title"], title_justify="left")
+    for i, column in enumerate(t["table_cols"]):
+        table.add_column(column, justify="right" if i in (1, 2) else "left", style="dim" if i == 4 else None)
     for r in rows:
-        word = _hit_word(r.hit, r.predicted, r.note)
+        word = _hit_word(r.hit, r.predicted, r.note, lang)
+        tolerance = Text(_tolerance(r.tolerance, lang))
         # Text, not str: values come from the learner and the run (an answer may hold "[...]")
         cells = [Text(r.field), Text(_fmt(r.predicted)), Text(_fmt(r.observed))]
         if r.note:
-            table.add_row(*cells, Text(word, style="bold yellow"), Text(r.tolerance))
+            table.add_row(*cells, Text(word, style="bold yellow"), tolerance)
         elif r.hit is None:
-            table.add_row(*cells, Text(word), Text(r.tolerance), style="dim")
+            table.add_row(*cells, Text(word), tolerance, style="dim")
         else:
             colour = "green" if r.hit else "red"
-            table.add_row(*cells, Text(word, style=f"bold {colour}"), Text(r.tolerance))
+            table.add_row(*cells, Text(word, style=f"bold {colour}"), tolerance)
     return table
 
 
-def how_to_predict(variant_id: str, learner: str) -> str:
+def how_to_predict(variant_id: str, learner: str, lang: str = "en") -> str:
     """What to print when a learner runs a break without a prediction."""
-    alias = alias_of(variant_id)
-    notes = (Path("learners") / learner / NOTEBOOK_RELPATH).as_posix()
-    return (
-        f"You have no prediction for {variant_id} yet. Predict first: the lesson is the gap\n"
-        f"between what you expect and what happens.\n"
-        f"  1. invoke predict --variant {alias} --learner {learner}\n"
-        f"  2. open {notes} and replace each ? in the prediction block with your guess\n"
-        f"     (and write a line under 'Why I think so')\n"
-        f"  3. run the experiment again: invoke exp --variant {alias} --learner {learner}"
-    )
+    notes = (Path("learners") / learner / NOTEBOOK_FILE).as_posix()
+    return TEXT[_lang(lang)]["how_to"].format(id=variant_id, alias=alias_of(variant_id), learner=learner,
+                                              notes=notes)

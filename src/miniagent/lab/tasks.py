@@ -24,9 +24,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from . import notebook
+from . import notebook, progress
 from .breaks import ROOT, Break, BreakError, agent_command, apply_to_tree, catalogue, find, is_applied, \
-    make_sandbox, revert_in_tree, source_digest
+    make_sandbox, reset_in_tree, revert_in_tree, source_digest
 from .counterexamples import property_tests
 from .harness import RunRecord, deadline_note, machine_note, run_experiment, save_record, summary
 
@@ -36,7 +36,7 @@ RUNS = ROOT / "runs"
 
 
 def list_breaks() -> None:
-    console.print("[bold]The break catalogue[/]: `invoke exp --variant ALIAS` runs one, `invoke break ALIAS` applies it")
+    console.print("[bold]The break catalogue[/]: `invoke exp ALIAS` runs one, `invoke break ALIAS` applies it")
     for brk in catalogue():
         model = "real model" if brk.real_model else f"stand-in {brk.llm}"
         applied = " [red](applied in your src/)[/]" if is_applied(brk) else ""
@@ -44,35 +44,215 @@ def list_breaks() -> None:
                       highlight=False)
 
 
-def break_tree(variant: str) -> None:
+def break_tree(variant: str, learner: str | None = None) -> None:
     brk = find(variant)
+    _state_readable(learner)
     apply_to_tree(brk)
-    console.print(f"[bold red]{brk.id}[/] applied to src/: {escape(brk.removes)}.\n"
-                  f"Study the diff with `git diff src/`, run `invoke check {brk.alias}` to see the guard tests "
-                  f"fail, fix it yourself, or `invoke fix {brk.alias}` to revert exactly.")
+    _mark(learner, brk, broken_at=progress.now())
+    console.print(f"[bold red]{brk.id}[/] applied to src/: {escape(brk.removes['en'])}.\n"
+                  f"Study the diff with `git diff src/`, then fix it yourself: `invoke watch {brk.alias}` runs its "
+                  f"guard tests on every save, `invoke hint {brk.alias}` gives one hint at a time. "
+                  f"`invoke fix {brk.alias}` reverts it exactly.")
 
 
-def fix_tree(variant: str) -> None:
+def fix_tree(variant: str, learner: str | None = None) -> None:
     brk = find(variant)
+    _state_readable(learner)
     revert_in_tree(brk)
+    _mark(learner, brk, broken_at=None, reverted_at=progress.now())
     console.print(f"[bold green]{brk.id}[/] reverted: src/ is as before the break.")
 
 
-def check(variant: str | None) -> int:
-    """Run the guard tests of one break (or all guard tests) against the learner's own source."""
-    tests = find(variant).tests if variant else ["tests/test_guards.py", "tests/test_config.py",
-                                                 "tests/test_no_orphans.py"]
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "--timeout", "60", *tests], cwd=ROOT).returncode
+# --- the exercise loop: state, hints, progress, next, reset, watch ---------------------------------------
+def _state_readable(learner: str | None) -> None:
+    """Before anything else: move a notebook kept at the first layout, and refuse when the learner's
+    state file is bad (it is never overwritten)."""
+    if learner:
+        moved = notebook.migrate(ROOT, learner)
+        if moved is not None:
+            console.print(f"Your notebook moved, byte for byte, from {moved.relative_to(ROOT)} to "
+                          f"{notebook.notebook_path(ROOT, learner).relative_to(ROOT)}.", markup=False, highlight=False)
+        progress.load(ROOT, learner)
 
 
-def predict(variant: str, learner: str) -> None:
+def notebook_lang(learner: str, given: str | None = None) -> str:
+    """The notebook's language: chosen once (the first --lang given), English until then."""
+    if given is not None and given not in progress.LANGS:
+        raise ValueError(f"--lang must be one of {', '.join(progress.LANGS)}, not {given!r}")
+    stored = progress.load(ROOT, learner).get("lang")
+    if stored:
+        if given and given != stored:
+            console.print(f"Your notebook is in {stored!r}; it stays so (the lab does not rewrite it). "
+                          f"To change, edit learners/{learner}/progress.json.", markup=False, highlight=False)
+        return stored
+    if given:
+        progress.update(ROOT, learner, lambda state: state.update(lang=given))
+    return given or "en"
+
+
+def _mark(learner: str | None, brk: Break, **values) -> None:
+    if learner:
+        progress.update(ROOT, learner, lambda state: progress.break_state(state, brk.id).update(values))
+
+
+def _verified(learner: str | None, brk: Break) -> bool:
+    """After green guard tests: if you broke this break and it is no longer applied, it is fixed by you."""
+    if not learner or is_applied(brk) or not progress.load(ROOT, learner)["breaks"].get(brk.id, {}).get("broken_at"):
+        return False
+    _mark(learner, brk, fixed_at=progress.now(), broken_at=None)
+    return True
+
+
+TEXT = {
+    "en": {"hint": "Hint {n} of {total} for {id}", "more": "Run `invoke hint {alias}` again for hint {next}.",
+           "last": "That was the last hint. The hidden cause is folded on the break's page.",
+           "all_seen": "You have seen all {total} hints for {id}:",
+           "verified": "{id}: fixed and verified by you. `invoke next` shows what comes next.",
+           "intact": "{id}: src/ is already intact for this break; nothing changed.",
+           "reverted": "{id}: reverted exactly (the break was applied as it was).",
+           "merged": "{id}: its lines are intact again in {files}; your other edits stay.",
+           "backup": "Your version before the reset is saved in {backup}."},
+    "es": {"hint": "Pista {n} de {total} para {id}", "more": "Vuelve a ejecutar `invoke hint {alias}` para la pista {next}.",
+           "last": "Era la última pista. La causa oculta está plegada en la página de la avería.",
+           "all_seen": "Ya has visto las {total} pistas de {id}:",
+           "verified": "{id}: arreglada por ti y comprobada. `invoke next` te dice qué sigue.",
+           "intact": "{id}: src/ ya está intacto para esta avería; no ha cambiado nada.",
+           "reverted": "{id}: revertida exactamente (la avería estaba aplicada tal cual).",
+           "merged": "{id}: sus líneas vuelven a estar intactas en {files}; el resto de tus cambios se queda.",
+           "backup": "Tu versión de antes de restablecer está guardada en {backup}."},
+}
+
+
+def hint(variant: str, learner: str, lang: str | None = None) -> int:
+    """Show the next hint (1, then 2, then 3) and remember it; returns its number."""
     brk = find(variant)
-    path, created = notebook.add_prediction(ROOT, learner, brk.id, brk.title["en"])
-    if created:
-        console.print(f"Added a prediction section for {brk.id} to {path.relative_to(ROOT)}.\n"
-                      f"Fill in the values, say why, then run `invoke exp --variant {brk.alias} --learner {learner}`.")
-    else:
-        console.print(f"You already have a prediction section for {brk.id} in {path.relative_to(ROOT)}; edit it there.")
+    lang = progress.learner_lang(ROOT, learner, lang)
+    t = TEXT[lang]
+    hints = brk.hints.get(lang) or brk.hints["en"]
+
+    def take(state: dict) -> tuple[int, bool]:
+        b = progress.break_state(state, brk.id)
+        seen = b.get("hints") or 0
+        b["hints"] = min(seen + 1, len(hints))
+        return b["hints"], seen >= len(hints)
+
+    n, all_seen = progress.update(ROOT, learner, take)
+    if all_seen:
+        console.print(t["all_seen"].format(total=len(hints), id=brk.id), style="bold", highlight=False)
+        for i, text in enumerate(hints, 1):
+            console.print(f"  {i}. {text}", markup=False, highlight=False)
+        return n
+    console.print(t["hint"].format(n=n, total=len(hints), id=brk.id), style="bold", highlight=False)
+    console.print(f"  {hints[n - 1]}", markup=False, highlight=False)
+    console.print(t["more"].format(alias=brk.alias, next=n + 1) if n < len(hints) else t["last"],
+                  style="dim", markup=False, highlight=False)
+    return n
+
+
+def progress_report(learner: str, lang: str | None = None) -> list[progress.Row]:
+    """Every break with its state, then what to do next."""
+    lang = progress.learner_lang(ROOT, learner, lang)
+    t = progress.TEXT[lang]
+    rows = progress.rows(ROOT, learner, lang)
+    table = Table(title=t["title"].format(learner=learner), title_justify="left")
+    for i, column in enumerate(t["cols"]):
+        table.add_column(column, no_wrap=i == 0)
+    for r in rows:
+        predicted = t["unreadable"] if r.predicted is None else t["yes"] if r.predicted else t["no"]
+        runs = f"{r.runs} ({r.hits}/{r.fields})" if r.runs and r.fields else str(r.runs) if r.runs else t["no"]
+        broken = t["now"] if r.applied else t["yes"] if r.broken else t["no"]
+        cells = [r.break_id, predicted, runs, broken, t["yes"] if r.fixed else t["no"], f"{r.hints}/{r.hints_total}"]
+        table.add_row(*(Text(c) for c in cells), style="green" if r.fixed else "red" if r.applied else None)
+    console.print(table)
+    for line in progress.next_steps(ROOT, learner, progress.next_row(rows), lang):
+        console.print(line, markup=False, highlight=False)
+    return rows
+
+
+def next_break(learner: str, lang: str | None = None) -> progress.Row | None:
+    """The break to work on now, and the commands for it."""
+    lang = progress.learner_lang(ROOT, learner, lang)
+    row = progress.next_row(progress.rows(ROOT, learner, lang))
+    for line in progress.next_steps(ROOT, learner, row, lang):
+        console.print(line, markup=False, highlight=False)
+    return row
+
+
+def reset_tree(variant: str, learner: str | None = None, lang: str | None = None) -> None:
+    """Back to the intact source for one break only; anything replaced is saved first."""
+    brk = find(variant)
+    _state_readable(learner)
+    lang = progress.learner_lang(ROOT, learner, lang) if learner else (lang or "en")
+    t = TEXT[lang]
+    result = reset_in_tree(brk)
+    if result.how != "intact":
+        _mark(learner, brk, broken_at=None, reverted_at=progress.now())
+    console.print(t[result.how].format(id=brk.id, files=", ".join(result.files)), markup=False, highlight=False)
+    if result.backup:
+        console.print(t["backup"].format(backup=result.backup), markup=False, highlight=False)
+
+
+def watch_tree(variant: str, learner: str | None = None, lang: str | None = None, max_runs: int | None = None) -> int:
+    """``invoke watch``: the guard tests on every save; green after you broke it marks it fixed."""
+    from .watch import watch
+
+    brk = None if variant == ALL else find(variant)
+    _state_readable(learner)
+    lang = progress.learner_lang(ROOT, learner, lang) if learner else (lang or "en")
+
+    def on_result(green: bool) -> None:
+        if green and brk is not None and _verified(learner, brk):
+            console.print(TEXT[lang]["verified"].format(id=brk.id), style="bold green", highlight=False)
+
+    return watch(variant, ROOT, lang=lang, max_runs=max_runs, console=console, on_result=on_result)
+
+
+ALL = "all"
+GUARD_TESTS = ["tests/test_guards.py", "tests/test_config.py", "tests/test_no_orphans.py"]
+
+
+def guard_tests(variant: str, root: Path = ROOT) -> list[str]:
+    """The guard tests of one break, or every guard test for ``all``."""
+    return list(GUARD_TESTS) if variant == ALL else find(variant, root).tests
+
+
+def check(variant: str, *, dry_run: bool = False, learner: str | None = None) -> int:
+    """Run the guard tests of one break (or all of them) against the learner's own source.
+
+    ``dry_run``: only collect them (pytest --collect-only), which proves they exist, and list them.
+    Green after the learner broke this break (and it is no longer applied): fixed and verified by them.
+    """
+    tests = guard_tests(variant)
+    _state_readable(learner)
+    mode = ["--collect-only"] if dry_run else ["--timeout", "60"]
+    code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *mode, *tests],
+                          cwd=ROOT).returncode
+    if code == 0 and not dry_run and variant != ALL:
+        brk = find(variant)
+        if _verified(learner, brk):
+            lang = progress.learner_lang(ROOT, learner)
+            console.print(TEXT[lang]["verified"].format(id=brk.id), style="bold green", highlight=False)
+    return code
+
+
+PREDICT_TEXT = {
+    "en": {"added": "Added a prediction section for {id} to {path}.\n"
+                    "Fill in the values, say why, then run `invoke exp {alias} --learner {learner}`.",
+           "exists": "You already have a prediction section for {id} in {path}; edit it there."},
+    "es": {"added": "Sección de predicción para {id} añadida a {path}.\n"
+                    "Rellena los valores, explica por qué y después ejecuta `invoke exp {alias} --learner {learner}`.",
+           "exists": "Ya tienes una sección de predicción para {id} en {path}; edítala ahí."},
+}
+
+
+def predict(variant: str, learner: str, lang: str | None = None) -> None:
+    brk = find(variant)
+    _state_readable(learner)
+    lang = notebook_lang(learner, lang)
+    path, created = notebook.add_prediction(ROOT, learner, brk.id, brk.title.get(lang) or brk.title["en"], lang)
+    text = PREDICT_TEXT[lang]["added" if created else "exists"]
+    console.print(text.format(id=brk.id, path=path.relative_to(ROOT), alias=brk.alias, learner=learner),
+                  markup=False, highlight=False)
 
 
 def _resolve(variant: str) -> Break | None:
@@ -87,9 +267,11 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
     # Hypothesis: a learner who names themselves predicts first.
     prediction = None
     if learner and brk is not None:
+        _state_readable(learner)  # a bad progress file stops the run before it starts, not after
         prediction = notebook.read_prediction(ROOT, learner, brk.id)
         if prediction is None:
-            console.print(notebook.how_to_predict(brk.id, learner), markup=False, highlight=False)
+            console.print(notebook.how_to_predict(brk.id, learner, notebook_lang(learner)), markup=False,
+                          highlight=False)
             return None
     question = question or (brk.input if brk else "What is the present perfect of would for you?")
     timeout = timeout or (brk.timeout_s if brk else 30.0)
@@ -127,11 +309,19 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
         report(record, json_path, svg_path, brk, learner if prediction is not None else None)
     if prediction is not None and brk is not None and learner:
         rows = notebook.compare(prediction, record.to_dict())
-        console.print(notebook.render_comparison(rows))
+        lang = notebook_lang(learner)
+        console.print(notebook.render_comparison(rows, lang))
         path = notebook.append_observation(ROOT, learner, brk.id, record.to_dict(), rows, json_path, svg_path,
-                                           when=stamp)
+                                           when=stamp, lang=lang)
         console.print(f"Observation appended to {path.relative_to(ROOT)}.")
+        scored = [r.hit for r in rows if r.hit is not None]
+        if scored:
+            progress.update(ROOT, learner, lambda state: _count_run(progress.break_state(state, brk.id), scored))
     return record
+
+
+def _count_run(state: dict, scored: list[bool]) -> None:
+    state.update(runs=(state.get("runs") or 0) + 1, hits=sum(scored), fields=len(scored))
 
 
 def _own_setup(brk: Break, question: str, llm: str, flags: list[str]) -> bool:
@@ -150,7 +340,7 @@ def verdict(brk: Break | None, record: RunRecord, learner: str | None = None) ->
         out.append(("yellow", busy))
     if brk is None:
         return out
-    rerun = f"`invoke exp --variant {brk.alias}" + (f" --learner {learner}`" if learner else "`")
+    rerun = f"`invoke exp {brk.alias}" + (f" --learner {learner}`" if learner else "`")
     if record.needs_met is False:
         needs = ", ".join(f"{n} {key.replace('_', ' ')}" for key, n in brk.needs.items())
         got = ", ".join(f"{getattr(record, key)} {key.replace('_', ' ')}" for key in brk.needs)
@@ -236,7 +426,7 @@ def _tour_runs(learner: str | None, as_json: bool, llm: str | None) -> list[dict
         console.rule(escape(f"{brk.id}: {brk.title['en']}"))
         prediction = notebook.read_prediction(ROOT, learner, brk.id) if learner else None
         if learner and prediction is None:
-            console.print(f"(no prediction for {brk.id} in your notes: `invoke predict --variant {brk.alias} "
+            console.print(f"(no prediction for {brk.id} in your notes: `invoke predict {brk.alias} "
                           f"--learner {learner}` first to be scored)")
         record = exp(brk.alias, learner=learner if prediction and not as_json else None, live=not as_json, llm=llm)
         rows = notebook.compare(prediction, record.to_dict()) if prediction and record else []
@@ -338,14 +528,19 @@ def _check_one(brk: Break, use_ci_models: bool, under_load: bool = False) -> tup
     return problems, record
 
 
+RESULT_KEYS = ("outcome", "stop_reason", "wall_s", "kill_latency_s", "cpu_mean", "cpu_max", "rss_max_mb", "tool_calls",
+               "tool_calls_by_tool", "identical_calls", "tool_errors", "turns", "final_answer", "processes_left",
+               "started_at", "other_cpu_mean", "machine_busy", "loop_start_s", "deadline_s", "timeout", "samples")
+
+
 def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -> None:
-    """Run each break and its fixed twin (same model, input and flags) and write what the docs include.
+    """Run each break and its fixed twin (same model, input and flags) and keep what the docs show.
 
-    ``<results_dir>/<id>.md``: a table of the two runs' measured figures and the CPU chart
-    ``<assets_dir>/<id>.svg`` (broken and fixed side by side).  Nothing here is typed by hand.
+    ``<results_dir>/<id>.json``: both runs' measured figures and CPU samples; the docs hook turns
+    them into each page's table, in the page's language.  ``<assets_dir>/<id>.svg`` and
+    ``<id>.es.svg``: the CPU chart in English and in Spanish (broken above, fixed below), drawn
+    from the same JSON (``invoke docs-charts`` redraws them).  Nothing here is typed by hand.
     """
-    from .harness import write_svg_pair
-
     results_dir.mkdir(parents=True, exist_ok=True)
     assets_dir.mkdir(parents=True, exist_ok=True)
     for brk in catalogue():
@@ -354,32 +549,33 @@ def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -
         console.rule(brk.id)
         broken = exp(brk.alias, live=False)
         fixed = exp(BASELINE, question=brk.input, timeout=brk.timeout_s, llm=brk.llm, flags=brk.flags, live=False)
-        svg = write_svg_pair(broken, fixed, assets_dir / f"{brk.id}.svg",
-                             titles=(f"{brk.id} (broken)", "intact loop (fixed)"))
-        image = os.path.relpath(svg, ROOT / "docs" / "breaks").replace(os.sep, "/")  # relative to the break page
-        (results_dir / f"{brk.id}.md").write_text(_results_table(brk, broken, fixed, image), encoding="utf-8")
-        keep = ("outcome", "stop_reason", "wall_s", "cpu_mean", "tool_calls", "processes_left", "started_at")
-        (results_dir / f"{brk.id}.json").write_text(json.dumps(
-            {"id": brk.id, "llm": brk.llm, "real_model": brk.real_model,
-             "broken": {k: v for k, v in broken.to_dict().items() if k in keep},
-             "fixed": {k: v for k, v in fixed.to_dict().items() if k in keep}}, indent=2), encoding="utf-8")
-    _write_summary(results_dir)
+        data = {"id": brk.id, "llm": brk.llm, "real_model": brk.real_model,
+                "measured_at": broken.started_at[:16], "cores": os_cores(), "timeout_s": brk.timeout_s,
+                "input": brk.input, "flags": list(brk.flags),
+                "broken": {k: v for k, v in broken.to_dict().items() if k in RESULT_KEYS},
+                "fixed": {k: v for k, v in fixed.to_dict().items() if k in RESULT_KEYS}}
+        (results_dir / f"{brk.id}.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                                                    encoding="utf-8")
+        _draw_charts(data, assets_dir)
     if only is None:
         _write_eval_results(results_dir)
 
 
-def _write_summary(results_dir: Path) -> None:
-    """The tour's table for lab 03, from every break's latest measured pair."""
-    lines = ["| break · rotura | model · modelo | broken · roto | fixed · arreglado | CPU % broken / fixed | "
-             "processes left · procesos vivos |", "|---|---|---|---|---|---|"]
+def _draw_charts(data: dict, assets_dir: Path) -> list[Path]:
+    from .harness import records_from_results, write_docs_charts
+
+    broken, fixed = records_from_results(data)
+    return write_docs_charts(broken, fixed, data["id"], assets_dir)
+
+
+def docs_charts(results_dir: Path, assets_dir: Path) -> list[Path]:
+    """Redraw every break's docs chart (both languages) from its measured JSON; nothing is run."""
+    written = []
     for path in sorted(results_dir.glob("[0-9][0-9]-*.json")):
-        r = json.loads(path.read_text(encoding="utf-8"))
-        b, f = r["broken"], r["fixed"]
-        model = r["llm"] if r["real_model"] else f"{r['llm']} (stand-in · sustituto)"
-        lines.append(f"| [{r['id']}](../breaks/{r['id']}.md) | `{model}` | {b['outcome']} ({b['stop_reason'] or '—'}) | "
-                     f"{f['outcome']} ({f['stop_reason'] or '—'}) | {b['cpu_mean']:.0f} / {f['cpu_mean']:.0f} | "
-                     f"{len(b['processes_left'])} / {len(f['processes_left'])} |")
-    (results_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if "broken" in data and "samples" in data["broken"]:
+            written += _draw_charts(data, assets_dir)
+    return written
 
 
 def _write_eval_results(results_dir: Path) -> None:
@@ -411,36 +607,6 @@ def _write_eval_results(results_dir: Path) -> None:
     (results_dir / "eval.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def _results_table(brk: Break, broken: RunRecord, fixed: RunRecord, image: str) -> str:
-    def cells(r: RunRecord) -> list[str]:
-        calls = ", ".join(f"{t} ×{n}" for t, n in sorted(r.tool_calls_by_tool.items())) or "0"
-        killed = f" (killed {r.kill_latency_s:+.2f} s)" if r.kill_latency_s is not None else ""
-        return [r.outcome, str(r.stop_reason or "—"), f"{r.wall_s:.1f}{killed}", f"{r.cpu_mean:.0f}",
-                f"{r.cpu_max:.0f}", f"{r.rss_max_mb:.0f}", calls, str(r.identical_calls), str(r.tool_errors),
-                str(r.turns), _final_cell(r.final_answer), str(len(r.processes_left))]
-
-    labels = ["outcome · resultado", "stop_reason", "wall s · segundos", "CPU mean % · media", "CPU max % · máx.",
-              "RSS max MB", "tool calls · llamadas", "identical calls · idénticas", "tool errors · errores",
-              "turns · turnos", "final-round answer · respuesta de la ronda final", "processes left · procesos vivos"]
-    model = brk.llm if brk.real_model else f"{brk.llm} (stand-in · sustituto)"
-    lines = [f"Measured by `invoke docs-results` · medido con `invoke docs-results`: {broken.started_at[:16]}, "
-             f"{os_cores()} cores, model · modelo `{model}`, timeout {brk.timeout_s:g} s, "
-             f"input · entrada: “{brk.input}” {' '.join(brk.flags)}".rstrip()
-             + f"; other programs · otros programas: {broken.other_cpu_mean:.0f} / {fixed.other_cpu_mean:.0f} % CPU"
-             + (" (busy machine · máquina ocupada)" if broken.machine_busy or fixed.machine_busy else ""), "",
-             "| | broken · roto | fixed · arreglado |", "|---|---|---|"]
-    lines += [f"| {label} | {b} | {f} |" for label, b, f in zip(labels, cells(broken), cells(fixed))]
-    lines += ["", f"![CPU over time, broken vs fixed · CPU en el tiempo, roto frente a arreglado]({image})", ""]
-    return "\n".join(lines)
-
-
-def _final_cell(answer: str | None) -> str:
-    """The final round's answer, quoted for a table cell; a dash when there was none."""
-    if not answer:
-        return "—"
-    return "“" + answer.replace("|", "\\|").replace("\n", " ") + "”"
-
-
 def os_cores() -> int:
     return os.cpu_count() or 0
 
@@ -449,4 +615,5 @@ def _env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
 
 
-__all__ = ["BreakError", "list_breaks", "break_tree", "fix_tree", "check", "predict", "exp", "tour", "check_breaks"]
+__all__ = ["BreakError", "list_breaks", "break_tree", "fix_tree", "check", "predict", "exp", "tour", "check_breaks",
+           "hint", "progress_report", "next_break", "reset_tree", "watch_tree"]

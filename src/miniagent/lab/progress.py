@@ -1,0 +1,289 @@
+"""What the lab remembers about a learner: language, hints seen, breaks broken and fixed, runs scored.
+
+The state is one small JSON file beside the learner's notebook, ``learners/NAME/progress.json``.
+The notebook stays the record of predictions and observations (the learner writes it); this file
+holds only what the lab itself counts.  Three rules:
+
+- **It survives every command.**  Writes are atomic (a temporary file, then a rename), and every
+  command that writes re-reads the file first, so two commands never undo each other's counts.
+- **A bad file is never overwritten.**  If the file cannot be read (hand-edited into invalid JSON, a
+  field of the wrong type, a newer version), every command that needs it stops with a clear error
+  naming the file and the problem, and writes nothing: the learner decides what to do with it.
+- **Nothing is invented.**  Whether a break was predicted is read from the notebook; whether it is
+  applied right now is read from ``src/``.  The file holds what cannot be read back from elsewhere.
+
+The learner who ran a command last is remembered (machine-local, ``.miniagent/learner``, git-ignored),
+so ``--learner`` is needed once, not on every command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+STATE_FILE = "progress.json"
+VERSION = 1
+LANGS = ("en", "es")
+CURRENT_LEARNER = Path(".miniagent") / "learner"
+
+# The per-break counters and their types (None allowed for the timestamps).
+_BREAK_FIELDS: dict[str, type] = {
+    "hints": int,          # hints shown so far (0-3)
+    "runs": int,           # scored runs (`invoke exp ... --learner`)
+    "hits": int,           # hits of the last scored run
+    "fields": int,         # fields scored in the last scored run
+    "broken_at": str,      # when you last applied it to your src/ (`invoke break`); None once reverted
+    "fixed_at": str,       # when its guard tests last went green after you broke it (`invoke check`, `watch`)
+    "reverted_at": str,    # when you last reverted it with `invoke fix` or `invoke reset`
+}
+
+
+class StateError(RuntimeError):
+    """The state file cannot be used; the message says which file and why, and that nothing was written."""
+
+
+def now() -> str:
+    return datetime.now().isoformat(timespec="seconds")
+
+
+def learner_dir(root: Path, learner: str) -> Path:
+    from .notebook import learner_folder
+
+    return learner_folder(root, learner)
+
+
+def state_path(root: Path, learner: str) -> Path:
+    return learner_dir(root, learner) / STATE_FILE
+
+
+def _refuse(path: Path, problem: str) -> StateError:
+    return StateError(f"{path}: {problem}. The lab has not changed it and will not write to it: fix it by hand, "
+                      f"or move it away to start the count again (your notebook is not affected).")
+
+
+def _validate(path: Path, data: Any) -> dict:
+    if not isinstance(data, dict):
+        raise _refuse(path, "expected a JSON object")
+    version = data.get("version")
+    if version != VERSION:
+        raise _refuse(path, f"version {version!r}, this lab reads version {VERSION}")
+    lang = data.get("lang")
+    if lang is not None and lang not in LANGS:
+        raise _refuse(path, f"lang must be one of {', '.join(LANGS)}, not {lang!r}")
+    breaks = data.get("breaks", {})
+    if not isinstance(breaks, dict):
+        raise _refuse(path, "breaks must be an object")
+    for break_id, state in breaks.items():
+        if not isinstance(state, dict):
+            raise _refuse(path, f"breaks.{break_id} must be an object")
+        for key, value in state.items():
+            kind = _BREAK_FIELDS.get(key)
+            if kind is None:
+                raise _refuse(path, f"breaks.{break_id}.{key} is not a field the lab knows "
+                                    f"({', '.join(_BREAK_FIELDS)})")
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                raise _refuse(path, f"breaks.{break_id}.{key} must be {kind.__name__}, not {value!r}")
+    return {"version": VERSION, "lang": lang, "breaks": breaks}
+
+
+def load(root: Path, learner: str) -> dict:
+    """The learner's state; a fresh one if there is no file yet.  Raises StateError on a bad file."""
+    path = state_path(root, learner)
+    if not path.exists():
+        return {"version": VERSION, "lang": None, "breaks": {}}
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise _refuse(path, f"cannot be read ({err})") from None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise _refuse(path, f"line {err.lineno}, column {err.colno}: {err.msg}") from None
+    return _validate(path, data)
+
+
+def update(root: Path, learner: str, change: Callable[[dict], Any]) -> Any:
+    """Read the state, apply ``change`` to it, write it back atomically; returns what ``change`` returned.
+
+    A bad file raises StateError before anything is written.
+    """
+    state = load(root, learner)
+    result = change(state)
+    path = state_path(root, learner)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(state, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=".progress-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return result
+
+
+def break_state(state: dict, break_id: str) -> dict:
+    return state["breaks"].setdefault(break_id, {})
+
+
+# --------------------------------------------------------------------------
+# Who is the learner, and in which language
+# --------------------------------------------------------------------------
+
+def remember_learner(root: Path, learner: str) -> None:
+    path = root / CURRENT_LEARNER
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(learner + "\n", encoding="utf-8")
+
+
+def resolve_learner(root: Path, learner: str | None, *, required: bool = True) -> str | None:
+    """The learner named on the command line (remembered for next time), else the one remembered."""
+    from .notebook import learner_folder
+
+    if learner:
+        learner_folder(root, learner)  # a usable name, or ValueError
+        remember_learner(root, learner)
+        return learner
+    path = root / CURRENT_LEARNER
+    if path.is_file():
+        remembered = path.read_text(encoding="utf-8").strip()
+        if remembered:
+            return remembered
+    if required:
+        raise ValueError("who are you? Name yourself once with --learner NAME (your folder under learners/); "
+                         "the lab remembers it for the next commands")
+    return None
+
+
+def learner_lang(root: Path, learner: str, given: str | None = None) -> str:
+    """``given`` if any, else the language the learner chose, else English."""
+    if given:
+        if given not in LANGS:
+            raise ValueError(f"--lang must be one of {', '.join(LANGS)}, not {given!r}")
+        return given
+    return load(root, learner).get("lang") or "en"
+
+
+# --------------------------------------------------------------------------
+# The state of every break, and what to do next
+# --------------------------------------------------------------------------
+
+PREDICT, RUN, BREAK, FIX, DONE = "predict", "run", "break", "fix", "done"
+
+
+@dataclass
+class Row:
+    break_id: str
+    alias: str
+    title: str
+    predicted: bool | None  # None: the prediction block cannot be read
+    prediction_problem: str | None
+    runs: int
+    hits: int | None
+    fields: int | None
+    applied: bool            # applied in src/ right now
+    broken: bool             # broken by you at some point
+    fixed: bool              # fixed by you and verified by its guard tests
+    hints: int
+    hints_total: int
+    stage: str = field(default=PREDICT)
+
+
+def rows(root: Path, learner: str, lang: str = "en") -> list[Row]:
+    from . import notebook
+    from .breaks import catalogue, is_applied
+
+    state = load(root, learner)
+    out = []
+    for brk in catalogue(root):
+        s = state["breaks"].get(brk.id, {})
+        problem = None
+        try:
+            predicted: bool | None = notebook.read_prediction(root, learner, brk.id) is not None
+        except notebook.PredictionError as err:
+            predicted, problem = None, str(err)
+        applied = is_applied(brk, root)
+        fixed = bool(s.get("fixed_at")) and not applied
+        row = Row(brk.id, brk.alias, brk.title.get(lang) or brk.title["en"], predicted, problem,
+                  s.get("runs") or 0, s.get("hits"), s.get("fields"), applied,
+                  bool(s.get("broken_at") or s.get("fixed_at")), fixed, s.get("hints") or 0,
+                  len(brk.hints.get(lang) or brk.hints["en"]))
+        if fixed:
+            row.stage = DONE
+        elif applied:
+            row.stage = FIX
+        elif not predicted:
+            row.stage = PREDICT
+        elif not row.runs:
+            row.stage = RUN
+        else:
+            row.stage = BREAK
+        out.append(row)
+    return out
+
+
+def next_row(all_rows: list[Row]) -> Row | None:
+    """A break applied in src/ comes first (finish what you started); then the first one not done."""
+    for row in all_rows:
+        if row.stage == FIX:
+            return row
+    return next((row for row in all_rows if row.stage != DONE), None)
+
+
+TEXT = {
+    "en": {
+        "title": "Progress of {learner}",
+        "cols": ("break", "predicted", "runs (last: hits/fields)", "broken by you", "fixed and verified", "hints"),
+        "yes": "yes", "no": "-", "unreadable": "unreadable", "now": "now, in src/",
+        "done_all": "Every break is fixed and verified by you. Well done: `invoke check all` runs every guard test.",
+        "next": "Next: {id} ({title})",
+        PREDICT: ["invoke predict {alias}            # write your prediction in {notebook}",
+                  "invoke exp {alias} --learner {learner}   # then run it and compare"],
+        RUN: ["invoke exp {alias} --learner {learner}   # run it and compare with your prediction"],
+        BREAK: ["invoke break {alias}     # apply it to your own src/",
+                "invoke watch {alias}     # its guard tests on every save; fix it in src/ until green"],
+        FIX: ["invoke watch {alias}     # its guard tests on every save (or once: invoke check {alias})",
+              "invoke hint {alias}      # one hint at a time",
+              "invoke reset {alias}     # start again from the intact source of this break"],
+        "problem": "Your prediction for {id} cannot be read: {problem}",
+    },
+    "es": {
+        "title": "Progreso de {learner}",
+        "cols": ("avería", "predicha", "ejecuciones (última: aciertos/campos)", "rota por ti",
+                 "arreglada y comprobada", "pistas"),
+        "yes": "sí", "no": "-", "unreadable": "ilegible", "now": "ahora, en src/",
+        "done_all": "Has roto, arreglado y comprobado todas las averías. Enhorabuena: `invoke check all` "
+                    "ejecuta todas las pruebas de guardas.",
+        "next": "Siguiente: {id} ({title})",
+        PREDICT: ["invoke predict {alias}            # escribe tu predicción en {notebook}",
+                  "invoke exp {alias} --learner {learner}   # después ejecútala y compara"],
+        RUN: ["invoke exp {alias} --learner {learner}   # ejecútala y compárala con tu predicción"],
+        BREAK: ["invoke break {alias}     # aplícala a tu propio src/",
+                "invoke watch {alias}     # sus pruebas en cada guardado; arréglala en src/ hasta verlas en verde"],
+        FIX: ["invoke watch {alias}     # sus pruebas en cada guardado (o una vez: invoke check {alias})",
+              "invoke hint {alias}      # una pista cada vez",
+              "invoke reset {alias}     # vuelve a empezar desde el código intacto de esta avería"],
+        "problem": "Tu predicción de {id} no se puede leer: {problem}",
+    },
+}
+
+
+def next_steps(root: Path, learner: str, row: Row | None, lang: str) -> list[str]:
+    """The sentence and commands for the next break (or the congratulation when all are done)."""
+    from .notebook import notebook_path
+
+    t = TEXT[lang]
+    if row is None:
+        return [t["done_all"]]
+    notes = notebook_path(root, learner).relative_to(root).as_posix()
+    lines = [t["next"].format(id=row.break_id, title=row.title)]
+    if row.prediction_problem:
+        lines.append(t["problem"].format(id=row.break_id, problem=row.prediction_problem))
+    lines += ["  " + cmd.format(alias=row.alias, learner=learner, notebook=notes) for cmd in t[row.stage]]
+    return lines

@@ -1,0 +1,153 @@
+"""``invoke watch VARIANT``: re-run a break's guard tests every time you save a file under ``src/``.
+
+One line per run, green or red at a glance, with the failing tests named.  The tests run in a child
+process (pytest), so a broken edit (a syntax error, an endless loop caught by the test timeout) can
+never take the watcher down.  Ctrl-C ends it cleanly: the file watcher is stopped, a test run in
+progress is ended, and the exit status is 0.
+
+Run it directly as ``python -m miniagent.lab.watch VARIANT [--root DIR]``; ``--max-runs N`` stops
+after N test runs (the tests of this module use it, with a short-lived watcher).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.text import Text
+
+from .breaks import ROOT, BreakError
+
+SAVES = {"created", "modified", "moved", "deleted", "closed"}  # watchdog event types ("closed": after a write)
+DEBOUNCE_S = 0.3  # an editor's save is often several events; wait for them to settle
+TEST_TIMEOUT_S = 60
+
+TEXT = {
+    "en": {"start": "Watching {src} for {what}: the guard tests run on every save. Ctrl-C to stop.",
+           "all": "every guard test", "saved": "saved {name}", "first": "first run",
+           "green": "GREEN", "red": "RED", "stopped": "Stopped watching.",
+           "failing": "failing"},
+    "es": {"start": "Vigilando {src} para {what}: las pruebas de la guarda se ejecutan en cada guardado. "
+                    "Ctrl-C para terminar.",
+           "all": "todas las pruebas de guardas", "saved": "guardado {name}", "first": "primera ejecución",
+           "green": "VERDE", "red": "ROJO", "stopped": "Vigilancia terminada.",
+           "failing": "fallan"},
+}
+
+
+class _Changes:
+    """Collects save events from watchdog's thread; the main thread waits for them to settle."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: float | None = None
+        self._name = ""
+
+    def saw(self, path: str) -> None:
+        if "__pycache__" in path or not path.endswith(".py"):
+            return
+        with self._lock:
+            self._last, self._name = time.monotonic(), Path(path).name
+
+    def settled(self, debounce: float) -> str | None:
+        """The name of the last saved file once no event came for ``debounce`` seconds, else None."""
+        with self._lock:
+            if self._last is None or time.monotonic() - self._last < debounce:
+                return None
+            name, self._last = self._name, None
+            return name
+
+
+def run_tests(tests: list[str], root: Path) -> tuple[bool, str, list[str]]:
+    """(green, pytest's summary line, failing test ids)."""
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout",
+                             str(TEST_TIMEOUT_S), *tests], cwd=root, capture_output=True, text=True, env=env)
+    lines = result.stdout.strip().splitlines()
+    summary = lines[-1].strip("= ") if lines else result.stderr.strip().splitlines()[-1:] or ["no output"]
+    failing = [m.group(1) for m in re.finditer(r"^(?:FAILED|ERROR) (\S+)", result.stdout, re.M)]
+    return result.returncode == 0, summary if isinstance(summary, str) else summary[0], failing
+
+
+def watch(variant: str, root: Path = ROOT, *, lang: str = "en", max_runs: int | None = None,
+          console: Console | None = None, on_result: Callable[[bool], None] | None = None) -> int:
+    """Run the guard tests now and after every save under ``root/src``; 0 on Ctrl-C or after ``max_runs``."""
+    from watchdog.events import FileSystemEventHandler
+    from watchdog.observers import Observer
+
+    from .tasks import ALL, guard_tests
+
+    console = console or Console()
+    t = TEXT[lang]
+    tests = guard_tests(variant, root)
+    src = root / "src"
+    changes = _Changes()
+
+    class Handler(FileSystemEventHandler):
+        def on_any_event(self, event) -> None:
+            # only what changes a file: opening or reading one (as pytest does) is not a save
+            if not event.is_directory and event.event_type in SAVES:
+                changes.saw(str(getattr(event, "dest_path", "") or event.src_path))
+
+    observer = Observer()
+    observer.schedule(Handler(), str(src), recursive=True)
+    observer.start()
+    runs = 0
+    try:
+        console.print(t["start"].format(src=src, what=t["all"] if variant == ALL else variant), highlight=False)
+        reason = t["first"]
+        while True:
+            if reason is not None:
+                green, summary, failing = run_tests(tests, root)
+                runs += 1
+                stamp = datetime.now().strftime("%H:%M:%S")
+                line = Text(f"{stamp}  ")
+                line.append(f" {t['green'] if green else t['red']} ",
+                            style="bold white on green" if green else "bold white on red")
+                line.append(f"  {summary}  ({reason})")
+                console.print(line)
+                for test in failing:
+                    console.print(Text(f"          {t['failing']}: {test}", style="red"))
+                if on_result:
+                    on_result(green)
+                if max_runs is not None and runs >= max_runs:
+                    return 0
+            time.sleep(0.1)
+            name = changes.settled(DEBOUNCE_S)
+            reason = t["saved"].format(name=name) if name else None
+    except KeyboardInterrupt:
+        console.print(t["stopped"])
+        return 0
+    finally:
+        observer.stop()
+        observer.join(timeout=5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m miniagent.lab.watch",
+                                     description="Re-run a break's guard tests on every save under src/.")
+    parser.add_argument("variant", help="a break (alias, id or number), or 'all'")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the lab's folder (default: this checkout)")
+    parser.add_argument("--lang", choices=("en", "es"), default="en")
+    parser.add_argument("--max-runs", type=int, default=None, help="stop after N test runs")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a polite kill ends it like Ctrl-C
+    try:
+        return watch(args.variant, args.root.resolve(), lang=args.lang, max_runs=args.max_runs)
+    except BreakError as err:
+        print(f"miniagent: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

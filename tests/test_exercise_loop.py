@@ -1,0 +1,292 @@
+"""The exercise loop in the terminal: progress, hint, next, reset, watch, and the state behind them.
+
+The state (``learners/NAME/progress.json``) must survive every command and must never be overwritten
+when it is bad; reset must bring one break's lines back and touch nothing else; watch must re-run the
+guard tests on a save and end cleanly on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from miniagent.lab import notebook, progress
+from miniagent.lab import tasks as lab
+from miniagent.lab.breaks import apply_to_tree, find, is_applied, reset_in_tree
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A learner's clone: src/, breaks/, tests/ under git, as after `git clone`."""
+    tree = tmp_path / "tree"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for folder in ("src", "breaks", "tests"):
+        shutil.copytree(ROOT / folder, tree / folder, ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    subprocess.run("git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm clone",
+                   shell=True, cwd=tree, check=True)
+    return tree
+
+
+@pytest.fixture
+def learner():
+    """A throwaway learner in this checkout (the lab's tasks work on the checkout); removed afterwards,
+    and the remembered learner put back as it was."""
+    name = f"pytest-loop-{os.getpid()}"
+    remembered = ROOT / progress.CURRENT_LEARNER
+    before = remembered.read_bytes() if remembered.exists() else None
+    yield name
+    shutil.rmtree(ROOT / "learners" / name, ignore_errors=True)
+    if before is None:
+        remembered.unlink(missing_ok=True)
+    else:
+        remembered.write_bytes(before)
+
+
+# --------------------------------------------------------------------------
+# The state file
+# --------------------------------------------------------------------------
+
+def test_the_state_survives_and_is_written_atomically(tmp_path):
+    assert progress.load(tmp_path, "bea") == {"version": 1, "lang": None, "breaks": {}}
+    progress.update(tmp_path, "bea", lambda s: progress.break_state(s, "00-no-cap").update(hints=1))
+    progress.update(tmp_path, "bea", lambda s: s.update(lang="es"))
+    state = progress.load(tmp_path, "bea")
+    assert state["breaks"] == {"00-no-cap": {"hints": 1}} and state["lang"] == "es"
+    folder = tmp_path / "learners" / "bea"
+    assert sorted(p.name for p in folder.iterdir()) == ["progress.json"], "no temporary file left behind"
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("{ not json", "line 1, column 3"),
+    ('{"version": 1, "breaks": {"00-no-cap": {"hints": "two"}}}', "hints must be int"),
+    ('{"version": 1, "breaks": {"00-no-cap": {"hints": true}}}', "hints must be int"),
+    ('{"version": 1, "breaks": {"00-no-cap": {"mood": 1}}}', "not a field the lab knows"),
+    ('{"version": 9, "breaks": {}}', "version 9"),
+    ('{"version": 1, "lang": "fr", "breaks": {}}', "lang must be one of en, es"),
+    ("[]", "expected a JSON object"),
+])
+def test_a_bad_state_file_is_a_clear_error_and_is_never_overwritten(tmp_path, content, problem):
+    path = progress.state_path(tmp_path, "bea")
+    path.parent.mkdir(parents=True)
+    path.write_text(content, encoding="utf-8")
+    for attempt in (lambda: progress.load(tmp_path, "bea"),
+                    lambda: progress.update(tmp_path, "bea", lambda s: s.update(lang="en"))):
+        with pytest.raises(progress.StateError) as err:
+            attempt()
+        assert str(path) in str(err.value) and problem in str(err.value) and "not changed" in str(err.value)
+    assert path.read_text(encoding="utf-8") == content
+
+
+def test_every_command_refuses_a_bad_state_file_and_changes_nothing(learner, capsys):
+    path = progress.state_path(ROOT, learner)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b'{"version": 1, "breaks": {"00-no-cap": {"hints": 1}},}')
+    src = {p: p.read_bytes() for p in (ROOT / "src").rglob("*.py")}
+    for command in (lambda: lab.hint("no-cap", learner), lambda: lab.progress_report(learner),
+                    lambda: lab.next_break(learner), lambda: lab.break_tree("no-cap", learner),
+                    lambda: lab.fix_tree("no-cap", learner), lambda: lab.reset_tree("no-cap", learner),
+                    lambda: lab.check("no-cap", learner=learner),
+                    lambda: lab.exp("no-cap", learner=learner, llm="scripted:oracle", live=False)):
+        with pytest.raises(progress.StateError):
+            command()
+    assert path.read_bytes() == b'{"version": 1, "breaks": {"00-no-cap": {"hints": 1}},}'
+    assert {p: p.read_bytes() for p in (ROOT / "src").rglob("*.py")} == src, "a refused command changed src/"
+
+
+def test_the_learner_is_remembered_once_named(tmp_path):
+    with pytest.raises(ValueError, match="--learner NAME"):
+        progress.resolve_learner(tmp_path, None)
+    assert progress.resolve_learner(tmp_path, None, required=False) is None
+    assert progress.resolve_learner(tmp_path, "bea") == "bea"
+    assert progress.resolve_learner(tmp_path, None) == "bea"
+    with pytest.raises(ValueError, match="not usable"):
+        progress.resolve_learner(tmp_path, "../x")
+
+
+# --------------------------------------------------------------------------
+# hint, progress, next
+# --------------------------------------------------------------------------
+
+def test_hints_come_one_at_a_time_and_are_remembered(learner, capsys):
+    brk = find("no-cap")
+    assert lab.hint("no-cap", learner) == 1
+    out = capsys.readouterr().out
+    assert "Hint 1 of 3" in out and brk.hints["en"][0][:30] in out and brk.hints["en"][1][:30] not in out
+    assert lab.hint("no-cap", learner, lang="es") == 2
+    out = capsys.readouterr().out
+    assert "Pista 2 de 3" in out and brk.hints["es"][1][:30] in out
+    assert lab.hint("no-cap", learner) == 3
+    assert "last hint" in capsys.readouterr().out
+    assert lab.hint("no-cap", learner) == 3  # no fourth: all three again
+    out = capsys.readouterr().out
+    assert all(h[:30] in out for h in brk.hints["en"])
+    assert progress.load(ROOT, learner)["breaks"]["00-no-cap"]["hints"] == 3
+    assert lab.hint("dead-config", learner) == 1, "each break counts its own hints"
+
+
+def test_progress_follows_the_learner_through_one_break(tree):
+    """predict -> run -> break -> fix by hand -> verified: each step moves the break to the next stage."""
+    def stage() -> str:
+        return progress.rows(tree, "bea")[0].stage
+
+    assert stage() == progress.PREDICT
+    path, _ = notebook.add_prediction(tree, "bea", "00-no-cap", "no caps")
+    path.write_text(path.read_text(encoding="utf-8").replace("outcome: ?", "outcome: timeout"), encoding="utf-8")
+    assert stage() == progress.RUN
+    progress.update(tree, "bea", lambda s: progress.break_state(s, "00-no-cap").update(runs=1, hits=1, fields=1))
+    assert stage() == progress.BREAK
+    apply_to_tree(find("no-cap", tree), tree)
+    progress.update(tree, "bea", lambda s: progress.break_state(s, "00-no-cap").update(broken_at=progress.now()))
+    assert stage() == progress.FIX and progress.rows(tree, "bea")[0].applied
+    # a break applied in src/ comes first in `next`, whatever its place in the catalogue
+    assert progress.next_row(progress.rows(tree, "bea")).break_id == "00-no-cap"
+    reset_in_tree(find("no-cap", tree), tree)
+    progress.update(tree, "bea", lambda s: progress.break_state(s, "00-no-cap").update(fixed_at=progress.now()))
+    rows = progress.rows(tree, "bea")
+    assert rows[0].stage == progress.DONE and rows[0].fixed
+    assert progress.next_row(rows).break_id == "01-dead-config"
+    steps = progress.next_steps(tree, "bea", progress.next_row(rows), "es")
+    assert steps[0].startswith("Siguiente: 01-dead-config") and "invoke predict dead-config" in steps[1]
+
+
+def test_an_unreadable_prediction_is_shown_not_fatal(tree):
+    path, _ = notebook.add_prediction(tree, "bea", "00-no-cap", "no caps")
+    path.write_text(path.read_text(encoding="utf-8").replace("outcome: ?", "outcome: maybe"), encoding="utf-8")
+    row = progress.rows(tree, "bea")[0]
+    assert row.predicted is None and "outcome must be one of" in row.prediction_problem
+    assert any("cannot be read" in line for line in progress.next_steps(tree, "bea", row, "en"))
+
+
+def test_progress_and_next_print_the_table_and_the_commands(learner, capsys):
+    lab.progress_report(learner)
+    out = capsys.readouterr().out
+    assert "00-no-cap" in out and "14-ungrounded-answer" in out
+    assert f"invoke predict no-cap" in out
+    lab.next_break(learner, lang="es")
+    assert "Siguiente: 00-no-cap" in capsys.readouterr().out
+
+
+def test_a_green_check_after_you_broke_it_is_fixed_and_verified(learner, capsys):
+    progress.update(ROOT, learner, lambda s: progress.break_state(s, "00-no-cap").update(broken_at=progress.now()))
+    assert not is_applied(find("no-cap"))
+    assert lab.check("no-cap", learner=learner) == 0
+    state = progress.load(ROOT, learner)["breaks"]["00-no-cap"]
+    assert state["fixed_at"] and state["broken_at"] is None
+    assert "fixed and verified by you" in capsys.readouterr().out
+    # a green check on a break you never broke verifies nothing
+    assert lab.check("dead-config", learner=learner) == 0
+    assert "01-dead-config" not in progress.load(ROOT, learner)["breaks"]
+
+
+# --------------------------------------------------------------------------
+# reset
+# --------------------------------------------------------------------------
+
+def test_reset_when_intact_or_applied_as_is(tree):
+    brk = find("no-cap", tree)
+    before = {p: p.read_bytes() for p in (tree / "src").rglob("*.py")}
+    assert reset_in_tree(brk, tree).how == "intact"
+    apply_to_tree(brk, tree)
+    result = reset_in_tree(brk, tree)
+    assert result.how == "reverted" and result.files == ["src/miniagent/agent/loop.py"]
+    assert {p: p.read_bytes() for p in (tree / "src").rglob("*.py")} == before
+
+
+def test_reset_puts_the_break_back_to_intact_and_keeps_every_other_edit(tree):
+    brk = find("dead-config", tree)
+    apply_to_tree(brk, tree)
+    loop = tree / "src/miniagent/agent/loop.py"
+    broken = loop.read_text()
+    # a fix in progress on the broken line, and edits of the learner's own elsewhere
+    attempt = broken.replace("TurnCap(TutorConfig.max_turns)", "TurnCap(TutorConfig.max_turns + 0)  # my try")
+    assert attempt != broken
+    attempt = attempt.replace('"""', '"""My note at the top of the loop.\n', 1)
+    loop.write_text(attempt)
+    other = tree / "src/miniagent/agent/guards.py"
+    other.write_text(other.read_text() + "\n# my own edit in another file\n")
+    result = reset_in_tree(brk, tree, backups=tree / "backups")
+    assert result.how == "merged" and result.files == ["src/miniagent/agent/loop.py"]
+    now = loop.read_text()
+    assert "my try" not in now and "My note at the top of the loop." in now, "only the break's lines changed"
+    assert other.read_text().endswith("# my own edit in another file\n"), "another file was touched"
+    assert not is_applied(brk, tree)
+    assert subprocess.run(["git", "apply", "--check", str(brk.patch)], cwd=tree).returncode == 0, \
+        "the break's lines are intact again (the break applies cleanly)"
+    saved = result.backup / "src/miniagent/agent/loop.py"
+    assert saved.read_text() == attempt, "the learner's attempt was saved before it was replaced"
+
+
+# --------------------------------------------------------------------------
+# watch
+# --------------------------------------------------------------------------
+
+def _read_until(proc: subprocess.Popen, needle: str, lines: list[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            return
+    raise AssertionError(f"no {needle!r} within {timeout} s; output so far:\n{''.join(lines)}")
+
+
+def test_watch_reruns_the_guard_tests_on_a_save_and_stops_cleanly_on_ctrl_c(tree):
+    """A short-lived watcher: the first run, a save, the second run, then Ctrl-C (SIGINT)."""
+    apply_to_tree(find("no-cap", tree), tree)
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "miniagent.lab.watch", "no-cap", "--root", str(tree)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tree)
+    lines: list[str] = []
+    try:
+        _read_until(proc, "first run", lines)
+        assert " RED " in lines[-1], "the break is applied: its guard tests fail"
+        reset_in_tree(find("no-cap", tree), tree)  # the learner's fix, saved
+        _read_until(proc, "saved loop.py", lines)
+        assert " GREEN " in lines[-1], "".join(lines)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        lines.append(out)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, "".join(lines)
+    assert "Stopped watching." in "".join(lines) and "Traceback" not in "".join(lines)
+
+
+def test_watch_stops_after_max_runs(tree, capsys):
+    from miniagent.lab.watch import watch
+
+    seen = []
+    assert watch("no-cap", tree, max_runs=1, on_result=seen.append) == 0
+    assert seen == [True]
+    assert "GREEN" in capsys.readouterr().out
+
+
+def test_the_notebook_language_is_chosen_once(learner, capsys):
+    lab.predict("no-cap", learner, lang="es")
+    path = notebook.notebook_path(ROOT, learner)
+    assert path.read_text(encoding="utf-8").startswith("# Mis predicciones para las averías")
+    assert "## 00-no-cap — Agente sin terminación" in path.read_text(encoding="utf-8")
+    assert "Sección de predicción para 00-no-cap añadida" in capsys.readouterr().out
+    assert progress.load(ROOT, learner)["lang"] == "es"
+    lab.predict("dead-config", learner, lang="en")  # a later --lang does not switch the notebook
+    assert "stays so" in capsys.readouterr().out
+    text = path.read_text(encoding="utf-8")
+    assert "### Por qué lo creo" in text.split("## 01-dead-config")[1] and "Why I think so" not in text
+    assert progress.load(ROOT, learner)["lang"] == "es"
+    lab.hint("no-cap", learner)  # the hints follow the notebook's language
+    assert "Pista 1 de 3" in capsys.readouterr().out
