@@ -115,11 +115,11 @@ TEXT = {
     },
     "es": {
         "intro": "Encontrado con `invoke counterexamples` ({stamp}): hypothesis ejecutó contra el bucle roto las "
-                 "pruebas de propiedades que nombra el `[check] tests` de esta rotura y redujo cada fallo al mundo "
+                 "pruebas de propiedades que nombra el `[check] tests` de esta avería y redujo cada fallo al mundo "
                  "más pequeño que encontró. Aquí no hay nada escrito a mano.",
         "fails": "**{title}** (`{test}`) falla con:",
         "error": "Lo que vio la prueba: `{error}`",
-        "none": "Ninguna prueba de propiedades falla con esta rotura aplicada: solo la detectan las otras pruebas "
+        "none": "Ninguna prueba de propiedades falla con esta avería aplicada: solo la detectan las otras pruebas "
                 "de su `[check] tests`.",
         "no_world": "(la prueba falló fuera de un mundo generado: mira su salida)",
     },
