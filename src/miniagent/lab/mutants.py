@@ -58,8 +58,8 @@ def run(root: Path = ROOT, max_children: int = 2) -> dict:
         subprocess.run([*mutmut, "export-cicd-stats"], cwd=work, env=env, capture_output=True)
         stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text(encoding="utf-8"))
         listed = subprocess.run([*mutmut, "results"], cwd=work, env=env, capture_output=True, text=True).stdout
-        survivors = [name for name, status in re.findall(r"^\s*(\S+): (\S+)", listed, re.M)
-                     if status in ("survived", "no_tests")]
+        survivors = [name for name, status in re.findall(r"^\s*(\S+): (.+?)\s*$", listed, re.M)
+                     if status in ("survived", "no tests")]
         diffs = {name: subprocess.run([*mutmut, "show", name], cwd=work, env=env, capture_output=True,
                                       text=True).stdout for name in survivors}
     finally:
