@@ -15,7 +15,8 @@ import functools
 import json
 import re
 
-from generated import (QUESTION, FakeClock, GeneratedModel, GeneratedTools, HungForever, Run, Runaway, call_key,
+from generated import (QUESTION, FakeClock, GeneratedModel, GeneratedTools, HungForever, Reply, Run, Runaway,
+                       ToolOutcome, call_key,
                        failing_tools, is_final_piece, run_world, steps, stuck_at, turns, worlds)
 import pytest
 from hypothesis import given, note
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from miniagent.agent.actions import NEXT_ACTION_SCHEMA, PERSON_CHOICES, Action, InvalidAction, parse_action, schema_for_turn
 from miniagent.agent.grammar import TENSES
 from miniagent.agent.errors import Terminal
+from miniagent.agent.config import TutorConfig
 from miniagent.agent.loop import FINAL_ROUND_AFTER, GrammarTutor
 from miniagent.agent.trace import Trace
 
@@ -281,6 +283,10 @@ def test_forced_discovery_calls_are_counted_apart_and_follow_every_breaker_trip(
                 assert after == ["failure_breaker", "tool_call"] and events[i + 2].get("forced")
     assert r.outcome.stats.forced_calls == expected
     assert r.outcome.stats.forced_calls <= r.outcome.stats.tool_errors // threshold
+    for call in r.model.calls:  # what the model is shown after a trip: the error, then the discovery's answer
+        if call.last_entry.role == "observation" and "\n" in call.last_entry.text:
+            error, discovery = call.last_entry.text.split("\n", 1)
+            assert error.startswith("error: ") and discovery.startswith(("Tenses: all twelve.", "error: list_tenses"))
 
 
 @given(worlds())
@@ -425,7 +431,9 @@ def test_the_stats_agree_with_the_trace_event_by_event(world):
     assert stats.prompt_tokens == sum(e["prompt_tokens"] for e in actions)
     assert stats.completion_tokens == sum(e["completion_tokens"] for e in actions)
     assert len(actions) == sum(1 for call in r.model.calls if call.outcome in ("stop", "length"))
+    assert stats.scoring_tokens == sum(e["scoring_tokens"] for e in actions)
     assert stats.identical_calls == identical_calls(r)
+    assert events[-1]["stats"]["tool_calls"] == dict(stats.tool_calls)
     assert events[0]["event"] == "run_start" and events[0]["question"] == QUESTION
     assert events[-1]["stats"] == stats.as_dict()
 
@@ -454,8 +462,27 @@ def test_the_trace_records_what_the_model_and_the_tools_really_did(world):
             assert after.get("event") == "tool_result" and after["result"] == call.result
         else:
             assert after.get("event") == "tool_error" and after["error"].endswith(call.error)
+    for call in calls:  # each result or error names the tool it came from
+        if call + 1 < len(events) and events[call + 1]["event"] in ("tool_result", "tool_error"):
+            assert events[call + 1]["tool"] == events[call]["tool"]
+    groups = turns(events)  # turn numbers: 1, 2, ... for every piece of a turn; the final round is one more
+    assert [e["turn"] for n, group in enumerate(groups, 1) for e in group] == \
+        [n for n, group in enumerate(groups, 1) for _ in group]
+    assert all(e["turn"] == r.outcome.stats.turns + 1 for i, e in enumerate(events) if is_final_piece(events, i))
+    # the model sees the question first, then each turn's whole text (its pieces joined) as one action
+    assert r.scratchpad[0].role == "question" and r.scratchpad[0].text == QUESTION
+    done = [group for group in groups if group[-1]["finish_reason"] != "length"]
+    assert [e.text for e in r.scratchpad if e.role == "action"] == ["".join(x["text"] for x in g) for g in done]
     stop = events[-1]
     assert (stop["answer"], stop["final_answer"]) == (r.outcome.answer, r.outcome.final_answer)
+    if r.outcome.stop_reason in ("server_failed", "model_failed"):  # the failure's own words reach the user
+        said = r.tools.calls[-1].error if r.outcome.stop_reason == "server_failed" else "503"
+        assert said in r.outcome.answer
+    for guard in (e for e in events if e["event"] == "guard"):
+        if guard["name"] == "auto_continue":
+            assert 1 <= guard["used"] <= guard["limit"] == r.config.max_auto_continues
+        if guard["name"] == "failure_breaker":
+            assert guard["after"] == r.config.max_consecutive_failures
     finals = [e for e in events if e["event"] == "final_round"]
     assert [e["answer"] for e in finals] == ([r.outcome.final_answer] if finals else [])
     assert events[0]["config"] == r.config.as_dict() and events[0]["llm"] == "generated"
@@ -589,3 +616,23 @@ def test_a_trace_file_reads_back_as_the_runs_events(world, tmp_path_factory):
     assert "«él»" in lines[0], "non-ASCII text is written as it is"
     stamps = [event["t"] for event in trace.events]
     assert stamps == sorted(stamps) and 0 <= stamps[0] < 60
+
+
+
+@given(length=st.integers(0, 30), limit=st.integers(1, 25), blank=st.booleans())
+def test_a_question_too_long_or_empty_is_refused_before_any_model_call(length, limit, blank):
+    """A question longer than max_input_chars, or empty, is refused before any model call, saying why.
+
+    (es) Una pregunta más larga que max_input_chars, o vacía, se rechaza antes de llamar al modelo, diciendo por qué.
+    """
+    question = (" " if blank else "q") * length
+    model = GeneratedModel((Reply("call"),), FakeClock(), True)
+    config = TutorConfig(llm="generated", cache_dir="", max_input_chars=limit)
+    outcome = GrammarTutor(model, GeneratedTools((ToolOutcome("ok"),), FakeClock()), config).run(question)
+    refused = not question.strip() or length > limit
+    assert (outcome.stop_reason == "invalid_input") == refused
+    if refused:
+        assert not model.calls
+        why = "the question is empty" if not question.strip() else \
+            f"the question is {length} characters long; the limit is {limit}"
+        assert why in outcome.answer
