@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from hypothesis import strategies as st
 
@@ -382,9 +382,17 @@ def with_a_plan(world: World, steps: int) -> World:
     return World((first, *world.script[1:]), world.keeps_to_schema, world.outcomes, world.config)
 
 
-def worlds(tools: st.SearchStrategy[ToolOutcome] | None = None, plans: bool = False) -> st.SearchStrategy[World]:
+def with_a_budget(world: World, tokens: int) -> World:
+    """The same world with a token budget small enough to be reached within a few model calls."""
+    return World(world.script, world.keeps_to_schema, world.outcomes, replace(world.config, max_run_tokens=tokens))
+
+
+def worlds(tools: st.SearchStrategy[ToolOutcome] | None = None, plans: bool = False,
+           small_budgets: bool = False) -> st.SearchStrategy[World]:
     if plans:  # half of them declare a plan on the first turn, which may raise the tool-call limit
         return st.one_of(worlds(tools), st.builds(with_a_plan, worlds(tools), st.integers(1, 5)))
+    if small_budgets:  # half of them have a token budget a few replies spend
+        return st.one_of(worlds(tools), st.builds(with_a_budget, worlds(tools), st.integers(1, 200)))
     return st.builds(
         World,
         script=short_or_long(replies(), 6),

@@ -307,7 +307,7 @@ def test_a_call_that_succeeded_is_never_sent_to_the_tools_again(world):
 
 
 # --- budgets -------------------------------------------------------------------------------------------------------
-@given(worlds())
+@given(worlds(small_budgets=True))
 @one_failure
 def test_the_token_budget_is_checked_before_every_model_call(world):
     """Before every model call but the final round, the run has used fewer tokens than max_run_tokens.
