@@ -26,7 +26,7 @@ from miniagent.agent.actions import NEXT_ACTION_SCHEMA, PERSON_CHOICES, Action, 
 from miniagent.agent.grammar import TENSES
 from miniagent.agent.errors import Terminal
 from miniagent.agent.config import TutorConfig
-from miniagent.agent.loop import FINAL_ROUND_AFTER, GrammarTutor
+from miniagent.agent.loop import FINAL_ROUND_AFTER, STOP_REASON_TEXT, GrammarTutor
 from miniagent.agent.trace import Trace
 
 FINAL_ROUND_REASONS = {cls.stop_reason for cls in FINAL_ROUND_AFTER}
@@ -200,9 +200,20 @@ def test_a_fallback_names_the_limit_that_was_hit_with_its_setting(world):
     r = run(world)
     words = LIMIT_WORDS.get(r.outcome.stop_reason)
     if words is not None:
+        answer, stats = r.outcome.answer, r.outcome.stats
         expected = words(r.config, r)
-        assert expected in r.outcome.answer, f"the fallback does not say {expected!r}"
-        assert f"[stop_reason: {r.outcome.stop_reason}]" in r.outcome.answer
+        assert expected in answer, f"the fallback does not say {expected!r}"
+        assert f"[stop_reason: {r.outcome.stop_reason}]" in answer
+        assert answer.startswith(f"Sorry, I could not finish this one: {STOP_REASON_TEXT[r.outcome.stop_reason]} (")
+        tried = ", ".join(f"{tool} x{n}" for tool, n in sorted(stats.tool_calls.items())) or "no tool calls"
+        assert f"\nTried: {tried} in {stats.turns} turn(s).\n" in answer, "the fallback says what was tried"
+        assert answer.split("\n")[-1].startswith("Next: ask for one verb, one tense and one person, e.g. 'What is")
+        if r.outcome.final_answer:  # the final round's answer, with how many of the model's own calls succeeded
+            backed = sum(1 for e in r.events if e["event"] == "tool_result")
+            said = f"{backed} tool call(s) had succeeded" if backed else "no tool call had succeeded"
+            assert f"Unconfirmed answer, written when the limit was hit ({said}): {r.outcome.final_answer}" in answer
+        else:
+            assert "Unconfirmed answer" not in answer
 
 
 # --- turns and model calls -------------------------------------------------------------------------------------
@@ -636,3 +647,38 @@ def test_a_question_too_long_or_empty_is_refused_before_any_model_call(length, l
         why = "the question is empty" if not question.strip() else \
             f"the question is {length} characters long; the limit is {limit}"
         assert why in outcome.answer
+
+
+@given(world=worlds(), after=st.integers(0, 5), how=st.sampled_from(("callback", "ctrl-c")))
+def test_a_cancelled_run_ends_cleanly_saying_so(world, after, how):
+    """A run cancelled by its caller, or by Ctrl-C in a model call, ends as cancelled and says so.
+
+    (es) Una ejecución que cancela quien la llamó, o Ctrl-C durante una llamada al modelo, termina como cancelada y
+    lo dice.
+    """
+    clock = FakeClock()
+    model = GeneratedModel(world.script, clock, world.keeps_to_schema)
+    checks = []
+
+    def cancel() -> bool:
+        checks.append(1)
+        return how == "callback" and len(checks) > after
+
+    if how == "ctrl-c":
+        answer = model.next_action
+
+        def next_action(*args, **kwargs):
+            if len(model.calls) >= after:
+                raise KeyboardInterrupt
+            return answer(*args, **kwargs)
+        model.next_action = next_action
+    tutor = GrammarTutor(model, GeneratedTools(world.outcomes, clock), world.config, cancel=cancel, clock=clock)
+    try:
+        outcome = tutor.run(QUESTION)
+    except (Runaway, HungForever):
+        return
+    if outcome.stop_reason == "cancelled":
+        said = "(cancelled by the caller)" if how == "callback" else "(interrupted)"
+        assert f"the run was cancelled {said} [stop_reason: cancelled]" in outcome.answer
+    elif how == "callback":
+        assert len(checks) <= after, "the loop went on after its caller cancelled it"
