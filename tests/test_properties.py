@@ -611,7 +611,8 @@ def test_a_trace_file_reads_back_as_the_runs_events(world, tmp_path_factory):
     (es) El archivo de traza de una ejecución tiene una línea JSON por evento, los mismos que guardó la ejecución,
     en orden, el texto no ASCII tal cual, cada uno con los segundos desde que empezó la traza.
     """
-    path = tmp_path_factory.mktemp("trace") / "runs" / "trace.jsonl"
+    path = tmp_path_factory.mktemp("trace") / "runs" / "today" / "trace.jsonl"  # folders made as needed
+    Trace.to_path(path).close()  # an earlier trace's folder is there already: still fine
     trace = Trace.to_path(path)
     clock = FakeClock()
     tutor = GrammarTutor(GeneratedModel(world.script, clock, world.keeps_to_schema),
