@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from hypothesis import strategies as st
 
@@ -146,7 +146,8 @@ class GeneratedModel:
         piece = self.pieces.pop(0) if len(self.pieces) > 1 or reply.kind != "ramble" else self.pieces[0]
         finish = "length" if self.pieces else "stop"
         call.outcome, call.tokens, call.text = finish, reply.prompt_tokens + reply.completion_tokens, piece
-        return ModelReply(piece, finish, reply.prompt_tokens, reply.completion_tokens, 0.0)
+        scoring = reply.prompt_tokens % 7  # a backend that scores options evaluates tokens of its own
+        return ModelReply(piece, finish, reply.prompt_tokens, reply.completion_tokens, 0.0, scoring)
 
     def _text(self, reply: Reply, scratchpad: list[Entry], may_answer: bool | None, final: bool) -> str:
         """The reply's whole text; a model that keeps to the schema bends it to the turn's branches."""
@@ -349,9 +350,9 @@ def settings() -> st.SearchStrategy[TutorConfig]:
         max_tool_calls=_setting(d.max_tool_calls, st.integers(1, 8)),
         calls_per_plan_step=_setting(d.calls_per_plan_step, st.integers(0, 3)),
         max_plan_tool_calls=_setting(d.max_plan_tool_calls, st.integers(1, 10)),
-        max_consecutive_failures=_setting(d.max_consecutive_failures, st.integers(1, 5)),
+        max_consecutive_failures=_setting(d.max_consecutive_failures, often(st.integers(1, 5), st.just(1))),
         max_format_errors=_setting(d.max_format_errors, st.integers(1, 5)),
-        max_repeats=_setting(d.max_repeats, st.integers(0, 7)),
+        max_repeats=_setting(d.max_repeats, often(st.integers(0, 7), st.sampled_from((0, 1)))),
         final_answer_round=_setting(d.final_answer_round, st.just(not d.final_answer_round)),
         remaining_budget_notice=_setting(d.remaining_budget_notice, st.just(not d.remaining_budget_notice)),
         wall_clock_s=_setting(d.wall_clock_s, st.integers(1, 8 * 40).map(lambda n: n / 8)),
@@ -381,9 +382,17 @@ def with_a_plan(world: World, steps: int) -> World:
     return World((first, *world.script[1:]), world.keeps_to_schema, world.outcomes, world.config)
 
 
-def worlds(tools: st.SearchStrategy[ToolOutcome] | None = None, plans: bool = False) -> st.SearchStrategy[World]:
+def with_a_budget(world: World, tokens: int) -> World:
+    """The same world with a token budget small enough to be reached within a few model calls."""
+    return World(world.script, world.keeps_to_schema, world.outcomes, replace(world.config, max_run_tokens=tokens))
+
+
+def worlds(tools: st.SearchStrategy[ToolOutcome] | None = None, plans: bool = False,
+           small_budgets: bool = False) -> st.SearchStrategy[World]:
     if plans:  # half of them declare a plan on the first turn, which may raise the tool-call limit
         return st.one_of(worlds(tools), st.builds(with_a_plan, worlds(tools), st.integers(1, 5)))
+    if small_budgets:  # half of them have a token budget a few replies spend
+        return st.one_of(worlds(tools), st.builds(with_a_budget, worlds(tools), st.integers(1, 200)))
     return st.builds(
         World,
         script=short_or_long(replies(), 6),
@@ -509,7 +518,7 @@ def call_key(tool: str, args: dict) -> str:
 
 def is_final_piece(events: list[dict], i: int) -> bool:
     """The model_action at ``i`` is the final-answer round's reply: a final_round event follows it."""
-    return i + 1 < len(events) and events[i + 1]["event"] == "final_round"
+    return events[i]["event"] == "model_action" and i + 1 < len(events) and events[i + 1]["event"] == "final_round"
 
 
 def turns(events: list[dict]) -> list[list[dict]]:

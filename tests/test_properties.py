@@ -15,7 +15,8 @@ import functools
 import json
 import re
 
-from generated import (QUESTION, FakeClock, GeneratedModel, GeneratedTools, HungForever, Run, Runaway, call_key,
+from generated import (QUESTION, FakeClock, GeneratedModel, GeneratedTools, HungForever, Reply, Run, Runaway,
+                       ToolOutcome, call_key,
                        failing_tools, is_final_piece, run_world, steps, stuck_at, turns, worlds)
 import pytest
 from hypothesis import given, note
@@ -24,7 +25,8 @@ from hypothesis import strategies as st
 from miniagent.agent.actions import NEXT_ACTION_SCHEMA, PERSON_CHOICES, Action, InvalidAction, parse_action, schema_for_turn
 from miniagent.agent.grammar import TENSES
 from miniagent.agent.errors import Terminal
-from miniagent.agent.loop import FINAL_ROUND_AFTER, GrammarTutor
+from miniagent.agent.config import TutorConfig
+from miniagent.agent.loop import FINAL_ROUND_AFTER, STOP_REASON_TEXT, GrammarTutor
 from miniagent.agent.trace import Trace
 
 FINAL_ROUND_REASONS = {cls.stop_reason for cls in FINAL_ROUND_AFTER}
@@ -198,9 +200,20 @@ def test_a_fallback_names_the_limit_that_was_hit_with_its_setting(world):
     r = run(world)
     words = LIMIT_WORDS.get(r.outcome.stop_reason)
     if words is not None:
+        answer, stats = r.outcome.answer, r.outcome.stats
         expected = words(r.config, r)
-        assert expected in r.outcome.answer, f"the fallback does not say {expected!r}"
-        assert f"[stop_reason: {r.outcome.stop_reason}]" in r.outcome.answer
+        assert expected in answer, f"the fallback does not say {expected!r}"
+        assert f"[stop_reason: {r.outcome.stop_reason}]" in answer
+        assert answer.startswith(f"Sorry, I could not finish this one: {STOP_REASON_TEXT[r.outcome.stop_reason]} (")
+        tried = ", ".join(f"{tool} x{n}" for tool, n in sorted(stats.tool_calls.items())) or "no tool calls"
+        assert f"\nTried: {tried} in {stats.turns} turn(s).\n" in answer, "the fallback says what was tried"
+        assert answer.split("\n")[-1].startswith("Next: ask for one verb, one tense and one person, e.g. 'What is")
+        if r.outcome.final_answer:  # the final round's answer, with how many of the model's own calls succeeded
+            backed = sum(1 for e in r.events if e["event"] == "tool_result")
+            said = f"{backed} tool call(s) had succeeded" if backed else "no tool call had succeeded"
+            assert f"Unconfirmed answer, written when the limit was hit ({said}): {r.outcome.final_answer}" in answer
+        else:
+            assert "Unconfirmed answer" not in answer
 
 
 # --- turns and model calls -------------------------------------------------------------------------------------
@@ -281,6 +294,10 @@ def test_forced_discovery_calls_are_counted_apart_and_follow_every_breaker_trip(
                 assert after == ["failure_breaker", "tool_call"] and events[i + 2].get("forced")
     assert r.outcome.stats.forced_calls == expected
     assert r.outcome.stats.forced_calls <= r.outcome.stats.tool_errors // threshold
+    for call in r.model.calls:  # what the model is shown after a trip: the error, then the discovery's answer
+        if call.last_entry.role == "observation" and "\n" in call.last_entry.text:
+            error, discovery = call.last_entry.text.split("\n", 1)
+            assert error.startswith("error: ") and discovery.startswith(("Tenses: all twelve.", "error: list_tenses"))
 
 
 @given(worlds())
@@ -301,7 +318,7 @@ def test_a_call_that_succeeded_is_never_sent_to_the_tools_again(world):
 
 
 # --- budgets -------------------------------------------------------------------------------------------------------
-@given(worlds())
+@given(worlds(small_budgets=True))
 @one_failure
 def test_the_token_budget_is_checked_before_every_model_call(world):
     """Before every model call but the final round, the run has used fewer tokens than max_run_tokens.
@@ -425,7 +442,9 @@ def test_the_stats_agree_with_the_trace_event_by_event(world):
     assert stats.prompt_tokens == sum(e["prompt_tokens"] for e in actions)
     assert stats.completion_tokens == sum(e["completion_tokens"] for e in actions)
     assert len(actions) == sum(1 for call in r.model.calls if call.outcome in ("stop", "length"))
+    assert stats.scoring_tokens == sum(e["scoring_tokens"] for e in actions)
     assert stats.identical_calls == identical_calls(r)
+    assert events[-1]["stats"]["tool_calls"] == dict(stats.tool_calls)
     assert events[0]["event"] == "run_start" and events[0]["question"] == QUESTION
     assert events[-1]["stats"] == stats.as_dict()
 
@@ -454,8 +473,27 @@ def test_the_trace_records_what_the_model_and_the_tools_really_did(world):
             assert after.get("event") == "tool_result" and after["result"] == call.result
         else:
             assert after.get("event") == "tool_error" and after["error"].endswith(call.error)
+    for call in calls:  # each result or error names the tool it came from
+        if call + 1 < len(events) and events[call + 1]["event"] in ("tool_result", "tool_error"):
+            assert events[call + 1]["tool"] == events[call]["tool"]
+    groups = turns(events)  # turn numbers: 1, 2, ... for every piece of a turn; the final round is one more
+    assert [e["turn"] for n, group in enumerate(groups, 1) for e in group] == \
+        [n for n, group in enumerate(groups, 1) for _ in group]
+    assert all(e["turn"] == r.outcome.stats.turns + 1 for i, e in enumerate(events) if is_final_piece(events, i))
+    # the model sees the question first, then each turn's whole text (its pieces joined) as one action
+    assert r.scratchpad[0].role == "question" and r.scratchpad[0].text == QUESTION
+    done = [group for group in groups if group[-1]["finish_reason"] != "length"]
+    assert [e.text for e in r.scratchpad if e.role == "action"] == ["".join(x["text"] for x in g) for g in done]
     stop = events[-1]
     assert (stop["answer"], stop["final_answer"]) == (r.outcome.answer, r.outcome.final_answer)
+    if r.outcome.stop_reason in ("server_failed", "model_failed"):  # the failure's own words reach the user
+        said = r.tools.calls[-1].error if r.outcome.stop_reason == "server_failed" else "503"
+        assert said in r.outcome.answer
+    for guard in (e for e in events if e["event"] == "guard"):
+        if guard["name"] == "auto_continue":
+            assert 1 <= guard["used"] <= guard["limit"] == r.config.max_auto_continues
+        if guard["name"] == "failure_breaker":
+            assert guard["after"] == r.config.max_consecutive_failures
     finals = [e for e in events if e["event"] == "final_round"]
     assert [e["answer"] for e in finals] == ([r.outcome.final_answer] if finals else [])
     assert events[0]["config"] == r.config.as_dict() and events[0]["llm"] == "generated"
@@ -573,7 +611,8 @@ def test_a_trace_file_reads_back_as_the_runs_events(world, tmp_path_factory):
     (es) El archivo de traza de una ejecución tiene una línea JSON por evento, los mismos que guardó la ejecución,
     en orden, el texto no ASCII tal cual, cada uno con los segundos desde que empezó la traza.
     """
-    path = tmp_path_factory.mktemp("trace") / "runs" / "trace.jsonl"
+    path = tmp_path_factory.mktemp("trace") / "runs" / "today" / "trace.jsonl"  # folders made as needed
+    Trace.to_path(path).close()  # an earlier trace's folder is there already: still fine
     trace = Trace.to_path(path)
     clock = FakeClock()
     tutor = GrammarTutor(GeneratedModel(world.script, clock, world.keeps_to_schema),
@@ -589,3 +628,58 @@ def test_a_trace_file_reads_back_as_the_runs_events(world, tmp_path_factory):
     assert "«él»" in lines[0], "non-ASCII text is written as it is"
     stamps = [event["t"] for event in trace.events]
     assert stamps == sorted(stamps) and 0 <= stamps[0] < 60
+
+
+
+@given(length=st.integers(0, 30), limit=st.integers(1, 25), blank=st.booleans())
+def test_a_question_too_long_or_empty_is_refused_before_any_model_call(length, limit, blank):
+    """A question longer than max_input_chars, or empty, is refused before any model call, saying why.
+
+    (es) Una pregunta más larga que max_input_chars, o vacía, se rechaza antes de llamar al modelo, diciendo por qué.
+    """
+    question = (" " if blank else "q") * length
+    model = GeneratedModel((Reply("call"),), FakeClock(), True)
+    config = TutorConfig(llm="generated", cache_dir="", max_input_chars=limit)
+    outcome = GrammarTutor(model, GeneratedTools((ToolOutcome("ok"),), FakeClock()), config).run(question)
+    refused = not question.strip() or length > limit
+    assert (outcome.stop_reason == "invalid_input") == refused
+    if refused:
+        assert not model.calls
+        why = "the question is empty" if not question.strip() else \
+            f"the question is {length} characters long; the limit is {limit}"
+        assert why in outcome.answer
+
+
+@given(world=worlds(), after=st.integers(0, 5), how=st.sampled_from(("callback", "ctrl-c")))
+def test_a_cancelled_run_ends_cleanly_saying_so(world, after, how):
+    """A run cancelled by its caller, or by Ctrl-C in a model call, ends as cancelled and says so.
+
+    (es) Una ejecución que cancela quien la llamó, o Ctrl-C durante una llamada al modelo, termina como cancelada y
+    lo dice.
+    """
+    clock = FakeClock()
+    model = GeneratedModel(world.script, clock, world.keeps_to_schema)
+    checks = []
+
+    def cancel() -> bool:
+        checks.append(1)
+        return how == "callback" and len(checks) > after
+
+    if how == "ctrl-c":
+        answer = model.next_action
+
+        def next_action(*args, **kwargs):
+            if len(model.calls) >= after:
+                raise KeyboardInterrupt
+            return answer(*args, **kwargs)
+        model.next_action = next_action
+    tutor = GrammarTutor(model, GeneratedTools(world.outcomes, clock), world.config, cancel=cancel, clock=clock)
+    try:
+        outcome = tutor.run(QUESTION)
+    except (Runaway, HungForever):
+        return
+    if outcome.stop_reason == "cancelled":
+        said = "(cancelled by the caller)" if how == "callback" else "(interrupted)"
+        assert f"the run was cancelled {said} [stop_reason: cancelled]" in outcome.answer
+    elif how == "callback":
+        assert len(checks) <= after, "the loop went on after its caller cancelled it"

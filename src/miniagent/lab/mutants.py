@@ -26,6 +26,7 @@ from pathlib import Path
 from .breaks import ROOT
 
 EXPLAINED = Path("tests") / "mutants-explained.md"
+LOG = Path(tempfile.gettempdir()) / "miniagent-mutants.log"
 
 
 def explained(root: Path = ROOT) -> list[str]:
@@ -53,13 +54,14 @@ def run(root: Path = ROOT, max_children: int = 2) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
         env["HYPOTHESIS_PROFILE"] = "mutants"  # tests/conftest.py: 30 examples per property, derandomized
         mutmut = [sys.executable, "-m", "mutmut"]
-        subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=work, env=env,
-                       stdout=subprocess.DEVNULL)
+        with open(LOG, "w", encoding="utf-8") as log:  # mutmut's own progress and errors, kept after the run
+            subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=work, env=env, stdout=log,
+                           stderr=subprocess.STDOUT)
         subprocess.run([*mutmut, "export-cicd-stats"], cwd=work, env=env, capture_output=True)
         stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text(encoding="utf-8"))
         listed = subprocess.run([*mutmut, "results"], cwd=work, env=env, capture_output=True, text=True).stdout
-        survivors = [name for name, status in re.findall(r"^\s*(\S+): (\S+)", listed, re.M)
-                     if status in ("survived", "no_tests")]
+        survivors = [name for name, status in re.findall(r"^\s*(\S+): (.+?)\s*$", listed, re.M)
+                     if status in ("survived", "no tests")]
         diffs = {name: subprocess.run([*mutmut, "show", name], cwd=work, env=env, capture_output=True,
                                       text=True).stdout for name in survivors}
     finally:
@@ -73,9 +75,12 @@ def run(root: Path = ROOT, max_children: int = 2) -> dict:
 
 def report(result: dict) -> str:
     s = result["stats"]
+    unchecked = s["total"] - s["killed"] - s["survived"] - s["no_tests"] - s.get("timeout", 0) - s.get("skipped", 0)
     lines = [f"mutation score {result['score']:.1f} % ({s['killed'] + s.get('timeout', 0)} of "
              f"{s['total'] - s.get('skipped', 0)} mutants killed; {s['survived']} survived, {s['no_tests']} "
              f"reached by no test) on {result['date']}, in {result['seconds']} s",
+             f"mutmut's figures: {json.dumps(s)}; its log: {LOG}"
+             + (f" ({unchecked} mutants were not tested: see the log)" if unchecked else ""),
              f"survivors not explained in {EXPLAINED}: {len(result['unexplained'])}"]
     for name in result["survivors"]:
         mark = "" if name in result["unexplained"] else " (explained)"
