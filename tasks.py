@@ -288,6 +288,7 @@ def docs_charts(c):
 
 @task(name="docs-check")
 def docs_check(c):
-    """Headless Chromium opens the built site and follows the language switcher; saves a screenshot."""
+    """Headless Chromium reads the built site in Spanish (home, break 00, a hint, the results), searches,
+    and follows the language switcher on every page; saves a screenshot of each step."""
     _run(c, f"{PY} -m pytest -q tests/test_docs_browser.py")
-    print("screenshot: build/docs-check/break-00-es.png")
+    print("screenshots: build/docs-check/*.png")
