@@ -76,6 +76,9 @@ TEXT = {
         "you": "<you>", "lang_flag": "",
         "run_predict": "# 1. write your prediction first (adds a section to your notebook)",
         "run_exp": "# 2. run the break from a sandbox copy, under the harness",
+        "run_loop": "# 3. then break your own src/ and repair it: its guard tests rerun on every save",
+        "run_hint": "# stuck? one hint at a time (1, 2, 3)",
+        "run_progress": "# where you are, and what comes next",
         "run_table": "What `invoke exp` uses for this break (change it with `--input`, `--timeout`, `--llm`):",
         "col_setting": "Setting", "col_value": "Value",
         "q": "question (`--input`)", "llm": "model (`--llm`)", "flags": "extra agent flags",
@@ -108,6 +111,9 @@ TEXT = {
         "you": "<tu-nombre>", "lang_flag": " --lang es",
         "run_predict": "# 1. primero tu predicción (añade una sección a tu cuaderno)",
         "run_exp": "# 2. ejecuta la avería desde una copia aislada, dentro del arnés",
+        "run_loop": "# 3. después rompe tu propio src/ y arréglalo: sus pruebas se repiten en cada guardado",
+        "run_hint": "# ¿atascado? una pista cada vez (1, 2, 3)",
+        "run_progress": "# dónde estás y qué viene después",
         "run_table": "Lo que usa `invoke exp` en esta avería (se cambia con `--input`, `--timeout`, `--llm`):",
         "col_setting": "Ajuste", "col_value": "Valor",
         "q": "pregunta (`--input`)", "llm": "modelo (`--llm`)", "flags": "opciones extra del agente",
@@ -322,6 +328,11 @@ def _run_fragment(data: dict, lang: str) -> str:
         f"invoke predict {alias} --learner {t['you']}{t['lang_flag']}\n"
         f"{t['run_exp']}\n"
         f"invoke exp {alias} --learner {t['you']}\n"
+        f"{t['run_loop']}\n"
+        f"invoke break {alias}\n"
+        f"invoke watch {alias}\n"
+        f"invoke hint {alias}    {t['run_hint']}\n"
+        f"invoke progress    {t['run_progress']}\n"
         "```\n\n"
         f"{t['run_table']}\n\n"
         f"| {t['col_setting']} | {t['col_value']} |\n|---|---|\n"
@@ -341,17 +352,17 @@ def _run_fragment(data: dict, lang: str) -> str:
     )
 
 
-def _index_fragment(entries: list[tuple[str, dict | None]], lang: str) -> str:
+def _index_fragment(entries: list[tuple[str, dict | None]], lang: str, prefix: str = "") -> str:
     t = TEXT[lang]
     rows = [t["idx_head"], "|---|---|---|---|"]
     for break_id, data in entries:
         if data is None:
-            rows.append(f"| [`{break_id}`]({break_id}.md) | ? | ? | ? |")
+            rows.append(f"| [`{break_id}`]({prefix}{break_id}.md) | ? | ? | ? |")
             continue
         removes = _lang_text(data.get("removes"), lang, f"{break_id}: removes")[0]
         run = data.get("run", {})
         model = t["idx_real"] if _is_real(run) else t["idx_stand"].format(llm=run.get("llm", "?"))
-        rows.append(f"| [`{break_id}`]({break_id}.md) | {_cell(_title(data, lang))} | {_cell(removes)} | {model} |")
+        rows.append(f"| [`{break_id}`]({prefix}{break_id}.md) | {_cell(_title(data, lang))} | {_cell(removes)} | {model} |")
     return "\n".join(rows) + "\n"
 
 
@@ -506,6 +517,9 @@ def generate(root: Path) -> list[Path]:
     for lang in LANGS:
         path = out_root / f"index.{lang}.md"
         if _write(path, _index_fragment(entries, lang)):
+            changed.append(path)
+        path = out_root / f"index-home.{lang}.md"  # the same table, linked from the site's home page
+        if _write(path, _index_fragment(entries, lang, prefix="breaks/")):
             changed.append(path)
         path = out_root / f"summary.{lang}.md"
         if _write(path, _summary_fragment(measured, lang)):
