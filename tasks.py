@@ -81,10 +81,10 @@ def test(c, k=None, quick=False):
     _run(c, f"{PY} -m pytest -q {' '.join(selection)}")
 
 
-@task(help={"json": "print the figures as JSON"})
-def bench(c, json=False):
+@task(help={"json": "print the figures as JSON", "only": "one figure only: a, b (KV reuse), c, d or e"})
+def bench(c, json=False, only=None):
     """Print the speed figures (turn latency vs decode, KV reuse, time to fallback, eval time)."""
-    _run(c, f"{PY} -m miniagent.lab.bench {'--json' if json else ''}")
+    _run(c, f"{PY} -m miniagent.lab.bench {'--json' if json else ''} {_flags(only=only)}")
 
 
 @task
@@ -288,9 +288,10 @@ def docs_charts(c):
 
 @task(name="docs-check")
 def docs_check(c):
-    """Headless Chromium opens the built site and follows the language switcher; saves a screenshot."""
+    """Headless Chromium reads the built site in Spanish (home, break 00, a hint, the results), searches,
+    and follows the language switcher on every page; saves a screenshot of each step."""
     _run(c, f"{PY} -m pytest -q tests/test_docs_browser.py")
-    print("screenshot: build/docs-check/break-00-es.png")
+    print("screenshots: build/docs-check/*.png")
 
 
 # --- maintainers: the property tests' counterexamples, mutation testing -------------------------------------

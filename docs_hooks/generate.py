@@ -76,6 +76,9 @@ TEXT = {
         "you": "<you>", "lang_flag": "",
         "run_predict": "# 1. write your prediction first (adds a section to your notebook)",
         "run_exp": "# 2. run the break from a sandbox copy, under the harness",
+        "run_loop": "# 3. then break your own src/ and repair it: its guard tests rerun on every save",
+        "run_hint": "# stuck? one hint at a time (1, 2, 3)",
+        "run_progress": "# where you are, and what comes next",
         "run_table": "What `invoke exp` uses for this break (change it with `--input`, `--timeout`, `--llm`):",
         "col_setting": "Setting", "col_value": "Value",
         "q": "question (`--input`)", "llm": "model (`--llm`)", "flags": "extra agent flags",
@@ -108,6 +111,9 @@ TEXT = {
         "you": "<tu-nombre>", "lang_flag": " --lang es",
         "run_predict": "# 1. primero tu predicción (añade una sección a tu cuaderno)",
         "run_exp": "# 2. ejecuta la avería desde una copia aislada, dentro del arnés",
+        "run_loop": "# 3. después rompe tu propio src/ y arréglalo: sus pruebas se repiten en cada guardado",
+        "run_hint": "# ¿atascado? una pista cada vez (1, 2, 3)",
+        "run_progress": "# dónde estás y qué viene después",
         "run_table": "Lo que usa `invoke exp` en esta avería (se cambia con `--input`, `--timeout`, `--llm`):",
         "col_setting": "Ajuste", "col_value": "Valor",
         "q": "pregunta (`--input`)", "llm": "modelo (`--llm`)", "flags": "opciones extra del agente",
@@ -322,6 +328,11 @@ def _run_fragment(data: dict, lang: str) -> str:
         f"invoke predict {alias} --learner {t['you']}{t['lang_flag']}\n"
         f"{t['run_exp']}\n"
         f"invoke exp {alias} --learner {t['you']}\n"
+        f"{t['run_loop']}\n"
+        f"invoke break {alias}\n"
+        f"invoke watch {alias}\n"
+        f"invoke hint {alias}    {t['run_hint']}\n"
+        f"invoke progress    {t['run_progress']}\n"
         "```\n\n"
         f"{t['run_table']}\n\n"
         f"| {t['col_setting']} | {t['col_value']} |\n|---|---|\n"
@@ -341,17 +352,17 @@ def _run_fragment(data: dict, lang: str) -> str:
     )
 
 
-def _index_fragment(entries: list[tuple[str, dict | None]], lang: str) -> str:
+def _index_fragment(entries: list[tuple[str, dict | None]], lang: str, prefix: str = "") -> str:
     t = TEXT[lang]
     rows = [t["idx_head"], "|---|---|---|---|"]
     for break_id, data in entries:
         if data is None:
-            rows.append(f"| [`{break_id}`]({break_id}.md) | ? | ? | ? |")
+            rows.append(f"| [`{break_id}`]({prefix}{break_id}.md) | ? | ? | ? |")
             continue
         removes = _lang_text(data.get("removes"), lang, f"{break_id}: removes")[0]
         run = data.get("run", {})
         model = t["idx_real"] if _is_real(run) else t["idx_stand"].format(llm=run.get("llm", "?"))
-        rows.append(f"| [`{break_id}`]({break_id}.md) | {_cell(_title(data, lang))} | {_cell(removes)} | {model} |")
+        rows.append(f"| [`{break_id}`]({prefix}{break_id}.md) | {_cell(_title(data, lang))} | {_cell(removes)} | {model} |")
     return "\n".join(rows) + "\n"
 
 
@@ -507,6 +518,9 @@ def generate(root: Path) -> list[Path]:
         path = out_root / f"index.{lang}.md"
         if _write(path, _index_fragment(entries, lang)):
             changed.append(path)
+        path = out_root / f"index-home.{lang}.md"  # the same table, linked from the site's home page
+        if _write(path, _index_fragment(entries, lang, prefix="breaks/")):
+            changed.append(path)
         path = out_root / f"summary.{lang}.md"
         if _write(path, _summary_fragment(measured, lang)):
             changed.append(path)
@@ -535,6 +549,71 @@ def on_serve(server: Any, config: Any, builder: Any, **kwargs: Any) -> Any:
         if (root / folder).is_dir():
             server.watch(str(root / folder))
     return server
+
+
+# --------------------------------------------------------------------------
+# Search in the language being read
+# --------------------------------------------------------------------------
+# mkdocs-static-i18n gives material's search one index for both languages, and every page looks it
+# up from the site's root, so a Spanish reader gets English pages too.  After the build, the index is
+# split: the root keeps the English entries, ``es/search/search_index.json`` gets the Spanish ones
+# (their locations made relative to ``es/``), and each Spanish page's ``base`` points at ``es/``, where
+# material's search fetches its index and resolves the results.
+
+SECOND_LANGS = tuple(lang for lang in LANGS if lang != "en")
+_BASE_RE = re.compile(r'("base": ")([^"]*)(")')
+
+
+def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:
+    dest = page.file.dest_uri
+    lang = next((lang for lang in SECOND_LANGS if dest.startswith(f"{lang}/")), None)
+    if lang is None or '<script id="__config"' not in output:
+        return output
+    import posixpath
+
+    here = posixpath.dirname(dest) or "."
+    base = posixpath.relpath(lang, here)
+    head, sep, rest = output.partition('<script id="__config" type="application/json">')
+    return head + sep + _BASE_RE.sub(lambda m: m.group(1) + base + m.group(3), rest, count=1)
+
+
+def split_search_index(site_dir: Path) -> dict[str, int]:
+    """One search index per language; returns the number of entries each got."""
+    index_path = site_dir / "search" / "search_index.json"
+    if not index_path.is_file():
+        return {}
+    index = json.loads(index_path.read_text(encoding="utf-8"))
+    docs = index.get("docs", [])
+    counts = {}
+    for lang in SECOND_LANGS:
+        mine = [{**d, "location": d["location"][len(lang) + 1:]} for d in docs if d["location"].startswith(f"{lang}/")]
+        if not mine:
+            continue
+        out = site_dir / lang / "search" / "search_index.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({**index, "config": {**index["config"], "lang": [lang]}, "docs": mine},
+                                  ensure_ascii=False), encoding="utf-8")
+        counts[lang] = len(mine)
+    english = [d for d in docs if not any(d["location"].startswith(f"{lang}/") for lang in SECOND_LANGS)]
+    if len(english) != len(docs):
+        index_path.write_text(json.dumps({**index, "config": {**index["config"], "lang": ["en"]}, "docs": english},
+                                         ensure_ascii=False), encoding="utf-8")
+    counts["en"] = len(english)
+    return counts
+
+
+try:
+    from mkdocs.plugins import event_priority
+except ImportError:  # the generator also runs without mkdocs (python docs_hooks/generate.py)
+    def event_priority(priority: float):  # type: ignore[no-redef]
+        return lambda f: f
+
+
+@event_priority(-100)  # after the search plugin (and the i18n plugin) have written the combined index
+def on_post_build(config: Any, **kwargs: Any) -> None:
+    counts = split_search_index(Path(config["site_dir"]))
+    if counts:
+        log.debug("generate: search index split per language: %s", counts)
 
 
 if __name__ == "__main__":  # python docs_hooks/generate.py: regenerate without building

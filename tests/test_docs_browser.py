@@ -1,7 +1,9 @@
-"""The built site, checked as a person would: headless Chromium follows the language switcher.
+"""The built site, checked as a person would: headless Chromium reads it in Spanish, opens the folds,
+searches, and follows the language switcher on every page.
 
 Needs Debian's chromium (`apt-get install chromium`; .ci/run installs it). Playwright drives
-the system browser, so nothing is downloaded at run time. `invoke docs-check` runs this file.
+the system browser, so nothing is downloaded at run time. `invoke docs-check` runs this file and
+leaves a screenshot of each step of the Spanish walk in build/docs-check/ (look at them).
 """
 
 from __future__ import annotations
@@ -64,10 +66,99 @@ def test_language_switcher_takes_an_english_break_page_to_its_spanish_twin(site_
 
 def test_every_break_page_shows_its_measured_results_chart(site_url, browser):
     page = browser.new_page()
-    for number in range(10):
+    for number in range(15):
         page.goto(f"{site_url}/breaks/")
-        link = page.locator(f"a[href*='0{number}-']").first
+        link = page.locator(f"article a[href*='{number:02d}-']").first
         link.click()
         images = page.locator("img[src*='assets/results/']")
         if images.count():  # present once `invoke docs-results` has measured the break
+            page.locator("details.example summary").first.click()
+            images.first.wait_for(state="visible")
             assert images.first.evaluate("img => img.complete && img.naturalWidth > 0"), page.url
+
+
+def _shot(page, name: str, element=None) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / name
+    (element or page).screenshot(path=str(path))
+    assert path.stat().st_size > 5_000, path
+    return path
+
+
+def test_a_spanish_reader_walks_home_break_00_a_hint_and_the_folded_results(site_url, browser):
+    """Home (ES) -> break 00 (ES) -> hint 1 -> the measured results, clicked as a person would,
+    with a screenshot of each step in build/docs-check/."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{site_url}/es/")
+    assert page.locator("html").get_attribute("lang") == "es"
+    assert "Arranque en tres líneas" in page.content()
+    _shot(page, "1-home-es.png")
+
+    page.get_by_role("link", name="00 · Sin topes").first.click()
+    page.wait_for_url("**/es/breaks/00-no-cap/")
+    assert page.locator("h1").first.inner_text().startswith("Avería 00")
+    folds = page.locator("article details")
+    assert folds.count() >= 6 and page.locator("article details[open]").count() == 0, "everything folded at first"
+    _shot(page, "2-break-00-es.png")
+
+    hint = page.locator("article details.tip").first
+    assert not hint.locator("p").first.is_visible()
+    hint.locator("summary").click()
+    assert hint.get_attribute("open") is not None and hint.locator("p").first.is_visible()
+    assert "Pista 1" in hint.locator("summary").inner_text()
+    hint.scroll_into_view_if_needed()
+    _shot(page, "3-hint-1-es.png", hint)
+
+    results = page.locator("article details.example").first
+    chart = results.locator("img")
+    assert not chart.is_visible(), "the measured results are folded until opened"
+    results.locator("summary").click()
+    chart.wait_for(state="visible")
+    assert chart.evaluate("img => img.complete && img.naturalWidth > 0")
+    assert "con la avería" in results.inner_text() and "broken" not in results.inner_text()
+    width = chart.evaluate("img => img.getBoundingClientRect().width")
+    natural = chart.evaluate("img => img.naturalWidth")
+    assert width >= 0.85 * natural, f"the chart is drawn at {width:.0f} of its {natural} px: its text would shrink"
+    svg = page.request.get(chart.evaluate("img => img.src")).text()
+    assert "segundos desde el arranque" in svg and "seconds" not in svg, "the chart speaks the page's language"
+    results.scroll_into_view_if_needed()
+    _shot(page, "4-results-es.png", results)
+
+
+def test_search_returns_pages_in_the_language_being_read(site_url, browser):
+    for lang, prefix, query in (("es", "/es/", "cortacircuitos"), ("en", "/", "breaker")):
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{site_url}{prefix}breaks/")
+        page.wait_for_load_state("networkidle")  # the search worker has its index
+        page.locator(".md-search__input").first.click()
+        page.locator("input.md-search__input").press_sequentially(query, delay=50)
+        items = page.locator(".md-search-result__item a")
+        items.first.wait_for(state="visible", timeout=30_000)
+        hrefs = [items.nth(i).get_attribute("href") for i in range(items.count())]
+        assert hrefs
+        for href in hrefs:
+            is_spanish = "/es/" in href
+            assert is_spanish == (lang == "es"), f"searching the {lang} site gave {href}"
+        if lang == "es":
+            _shot(page, "5-search-es.png")
+            items.first.click()
+            page.wait_for_load_state()
+            assert page.locator("html").get_attribute("lang") == "es", "a result opens the Spanish page"
+
+
+def test_the_language_switcher_works_on_every_page(site_url, browser):
+    """Every English page switches to its Spanish twin and back, as a person would."""
+    import json
+
+    page = browser.new_page()
+    index = json.loads(page.request.get(f"{site_url}/search/search_index.json").text())
+    pages = sorted({d["location"].split("#")[0] for d in index["docs"]})
+    assert len(pages) >= 25
+    for path in pages:
+        page.goto(f"{site_url}/{path}")
+        for target, lang in (("Español", "es"), ("English", "en")):
+            page.locator(".md-header__option .md-select").first.hover()
+            page.get_by_role("link", name=target).click()
+            page.wait_for_load_state()
+            assert page.locator("html").get_attribute("lang") == lang, f"{path}: {target}"
+        assert page.url.rstrip("/").endswith(path.rstrip("/")) or not path, f"{path}: came back to {page.url}"

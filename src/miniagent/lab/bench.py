@@ -112,20 +112,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="miniagent.lab.bench")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--kills", type=int, default=50)
+    parser.add_argument("--only", choices=("a", "b", "c", "d", "e"), action="append", default=None,
+                        help="only these figures (repeatable), e.g. --only b: KV reuse, a few seconds")
     args = parser.parse_args(argv)
+    only = set(args.only or "abcde")
     from ..models.llama import LlamaBackend
     from ..agent.config import TutorConfig
 
     figures: dict = {"cores": os.cpu_count()}
-    backend = LlamaBackend(cache_dir=TutorConfig().cache_dir)
-    try:
-        figures["a_turn_latency"] = turn_latency_ratio(backend)
-        figures["b_kv_reuse"] = kv_reuse(backend)
-    finally:
-        backend.close()
-    figures["c_time_to_end"] = [time_to_end(ADVERSARIAL), time_to_end(UNANSWERABLE)]
-    figures["d_eval"] = eval_time()
-    figures["e_killed_runs"] = killed_runs(args.kills)
+    if only & {"a", "b"}:
+        backend = LlamaBackend(cache_dir=TutorConfig().cache_dir)
+        try:
+            if "a" in only:
+                figures["a_turn_latency"] = turn_latency_ratio(backend)
+            if "b" in only:
+                figures["b_kv_reuse"] = kv_reuse(backend)
+        finally:
+            backend.close()
+    if "c" in only:
+        figures["c_time_to_end"] = [time_to_end(ADVERSARIAL), time_to_end(UNANSWERABLE)]
+    if "d" in only:
+        figures["d_eval"] = eval_time()
+    if "e" in only:
+        figures["e_killed_runs"] = killed_runs(args.kills)
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
@@ -139,7 +148,32 @@ def print_figures(f: dict) -> None:
 
     console = Console()
     console.print(f"[bold]miniagent bench[/] on {f['cores']} cores")
-    a = f["a_turn_latency"]
+    if "a_turn_latency" in f:
+        _print_a(console, f["a_turn_latency"])
+    if "b_kv_reuse" in f:
+        table = Table(title="(b) prompt tokens evaluated per turn vs scratchpad length (flat = KV reuse)")
+        for col in ("turn", "scratchpad tokens", "prompt tokens evaluated"):
+            table.add_column(col)
+        for r in f["b_kv_reuse"]:
+            table.add_row(str(r["turn"]), str(r["scratchpad_tokens"]), str(r["prompt_tokens_evaluated"]))
+        console.print(table)
+    for c in f.get("c_time_to_end", []):
+        console.print(f"(c) process start -> end of the run (goal <= 2.0 s to the fallback): {c['wall_s']:.2f} s, "
+                      f"of which the loop {c['loop_s']:.2f} s; stop_reason {c['stop_reason']}, {c['turns']} turns, "
+                      f"tool calls {c['tool_calls']}  [{c['question']}]", highlight=False)
+    if "d_eval" in f:
+        d = f["d_eval"]
+        console.print(f"(d) eval: {d['n']} questions in {d['total_s']:.1f} s in-process, {d['process_wall_s']:.1f} s "
+                      f"with start-up (goal <= 45 s); accuracy {d['accuracy']:.1%}; p50 {d['latency_p50_s']:.2f} s, "
+                      f"p95 {d['latency_p95_s']:.2f} s")
+    if "e_killed_runs" in f:
+        e = f["e_killed_runs"]
+        console.print(f"(e) {e['runs']} killed runs in a row left {e['processes_left']} processes ({e['seconds']} s)")
+
+
+def _print_a(console, a: dict) -> None:
+    from rich.table import Table
+
     table = Table(title="(a) turn latency / pure decode of the same number of tokens (goal <= 1.2)")
     for col in ("question", "tokens", "turn s", "pure decode s", "ratio"):
         table.add_column(col)
@@ -148,22 +182,6 @@ def print_figures(f: dict) -> None:
                       f"{r['ratio']:.2f}")
     console.print(table)
     console.print(f"    mean ratio: {a['ratio_mean']:.2f}")
-    table = Table(title="(b) prompt tokens evaluated per turn vs scratchpad length (flat = KV reuse)")
-    for col in ("turn", "scratchpad tokens", "prompt tokens evaluated"):
-        table.add_column(col)
-    for r in f["b_kv_reuse"]:
-        table.add_row(str(r["turn"]), str(r["scratchpad_tokens"]), str(r["prompt_tokens_evaluated"]))
-    console.print(table)
-    for c in f["c_time_to_end"]:
-        console.print(f"(c) process start -> end of the run (goal <= 2.0 s to the fallback): {c['wall_s']:.2f} s, "
-                      f"of which the loop {c['loop_s']:.2f} s; stop_reason {c['stop_reason']}, {c['turns']} turns, "
-                      f"tool calls {c['tool_calls']}  [{c['question']}]", highlight=False)
-    d = f["d_eval"]
-    console.print(f"(d) eval: {d['n']} questions in {d['total_s']:.1f} s in-process, {d['process_wall_s']:.1f} s "
-                  f"with start-up (goal <= 45 s); accuracy {d['accuracy']:.1%}; p50 {d['latency_p50_s']:.2f} s, "
-                  f"p95 {d['latency_p95_s']:.2f} s")
-    e = f["e_killed_runs"]
-    console.print(f"(e) {e['runs']} killed runs in a row left {e['processes_left']} processes ({e['seconds']} s)")
 
 
 if __name__ == "__main__":

@@ -713,7 +713,7 @@ CHART_TEXT = {
     "es": {"sub": "resultado {outcome} · motivo {stop} · CPU media {cpu} % · llamadas {calls} · "
                   "procesos vivos {left}",
            "x": "segundos desde el arranque", "y": "% de CPU del árbol de procesos", "core": "un núcleo",
-           "start": "empieza el bucle", "timeout": "tiempo límite: se mata", "interrupted": "Ctrl-C: se mata",
+           "start": "empieza el bucle", "timeout": "tiempo límite: lo mata el arnés", "interrupted": "Ctrl-C: se detiene",
            "others": "gris: otros programas (media {cpu} %)", "none": "ninguno", "decimal": ","},
 }
 
