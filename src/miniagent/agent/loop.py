@@ -19,8 +19,8 @@ from .ports import Backend, Entry, ModelReply, Tools
 from .config import TutorConfig
 from .errors import (Cancelled, InvalidInput, ModelFailed, ModelTimeout, Recoverable, ServerFailed, Terminal,
                      WallClockExceeded)
-from .guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, TokenBudget, ToolCallCap,
-                     TurnCap, WallClock)
+from .guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, ModelClock, TokenBudget,
+                     ToolCallCap, TurnCap, WallClock)
 from .trace import Trace
 
 log = logging.getLogger("miniagent")
@@ -89,6 +89,8 @@ class GrammarTutor:
         self.breaker = FailureBreaker(config.max_consecutive_failures)
         self.format_breaker = FormatBreaker(config.max_format_errors)
         self.clock = WallClock(config.wall_clock_s)
+        if config.model_wall_clock_s > 0:  # a shared model server: the time in its queue has a clock of its own
+            self.model = ModelClock(model, config.model_wall_clock_s, self.clock)
         self.tokens = TokenBudget(config.max_run_tokens)
         self.cancelled = CancelCheck(cancel)
 
