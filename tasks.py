@@ -258,3 +258,51 @@ def docs_check(c):
     """Headless Chromium opens the built site and follows the language switcher; saves a screenshot."""
     _run(c, f"{PY} -m pytest -q tests/test_docs_browser.py")
     print("screenshot: build/docs-check/break-00-es.png")
+
+
+@task(name="class-load", help={
+    "learners": "class sizes to measure, comma-separated (default 1,4,8,16)",
+    "base_url": "an OpenAI-compatible server that is already up (default: start llama-cpp-python's here, reap it after)",
+    "questions_each": "questions per learner (default: the public set split among the learners, each question once)",
+    "wall_clock_s": "each run's wall clock (default 20)",
+    "model_wall_clock_s": "the model calls' own budget per run (default 0: counted in the wall clock)",
+    "set": "eval set (default labs/01-tutor-end-to-end/eval.jsonl)",
+    "model": "GGUF the server loads (and the learners' tokenizer)",
+    "save": "also write docs_results/class-load-NAME.md and .json (the docs' tables)",
+    "json": "print the report as JSON",
+})
+def class_load(c, learners="1,4,8,16", base_url=None, questions_each=None, wall_clock_s=None,  # noqa: A002
+               model_wall_clock_s=None, set=None, model=None, save=None, json=False):
+    """A class on one model server: N learners run the eval at once; throughput, turn latency, guard stops."""
+    import json as json_module
+
+    from rich.console import Console
+
+    from miniagent.lab import classload
+
+    console = Console(quiet=json)
+    settings = {k: float(v) for k, v in (("wall_clock_s", wall_clock_s), ("model_wall_clock_s", model_wall_clock_s))
+                if v is not None}
+    if model:
+        settings["model"] = model
+    sizes = [int(n) for n in str(learners).split(",") if n.strip()]
+
+    def show(level):
+        console.print(f"{level['learners']:>3} learners: {level['questions']} questions in {level['wall_s']:.0f} s "
+                      f"({level['questions_per_min']:.1f}/min), turn p50/p95 {level['turn_p50_s']:.1f}/"
+                      f"{level['turn_p95_s']:.1f} s, run p50/p95 {level['run_p50_s']:.1f}/{level['run_p95_s']:.1f} s, "
+                      f"answered {level['answered']}, guard stops {level['guard_stops']} {level['stop_reasons']}, "
+                      f"correct {level['correct']}/{level['questions']}, {level['requests']} requests", highlight=False)
+
+    report = classload.class_load(sizes, base_url=base_url, eval_set=Path(set) if set else classload.DEFAULT_SET,
+                                  questions_each=int(questions_each) if questions_each else None,
+                                  settings=settings, model_path=model, on_level=show)
+    table = classload.markdown(report)
+    console.print(table, markup=False, highlight=False)
+    if save:
+        out = ROOT / "docs_results"
+        (out / f"class-load-{save}.md").write_text(table, encoding="utf-8")
+        (out / f"class-load-{save}.json").write_text(json_module.dumps(report, indent=1) + "\n", encoding="utf-8")
+        console.print(f"saved: docs_results/class-load-{save}.md and .json")
+    if json:
+        print(json_module.dumps(report))
