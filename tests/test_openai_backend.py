@@ -93,10 +93,12 @@ def test_an_explicit_json_schema_fails_in_the_model_servers_name(server_url):
 
 def test_the_server_is_reaped():
     pytest.importorskip("llama_cpp.server")
-    with llama_cpp_server() as url:
-        import psutil
+    import psutil
 
-        (server,) = [p for p in psutil.Process().children() if "llama_cpp.server" in " ".join(p.cmdline())]
+    before = {p.pid for p in psutil.Process().children()}  # the module's server may be running too
+    with llama_cpp_server() as url:
+        (server,) = [p for p in psutil.Process().children()
+                     if p.pid not in before and "llama_cpp.server" in " ".join(p.cmdline())]
         assert url.startswith("http://127.0.0.1:")
     assert not psutil.pid_exists(server.pid), "stopped and waited for: no process, not even a zombie"
 
