@@ -189,6 +189,26 @@ def _llama_cpp_python_dialect(request):
     return 200, _chat_reply('{"answer": "she went"}')
 
 
+def test_a_server_without_logprobs_is_detected_at_start_and_decoded_greedily(caplog):
+    """Completions answer, but without log-probabilities: scored decoding cannot work, greedy (chat) can."""
+    def answer(request):
+        if "messages" in request:
+            return 200, _chat_reply('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}')
+        return 200, json.dumps({"choices": [{"text": "x", "finish_reason": "length", "logprobs": None}],
+                                "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+
+    with FakeModelServer(answer=answer) as server:
+        with caplog.at_level("WARNING", logger="miniagent"):
+            model = OpenAIBackend(server.url, warm_up=True)
+        reply = model.next_action([Entry("question", QUESTION)], first_turn=True, timeout_s=10)
+        model.close()
+    assert model.decode == "greedy" and model.name == "openai:greedy"
+    assert json.loads(reply.text)["verb"] == "go"
+    warnings = " ".join(r.getMessage() for r in caplog.records)
+    assert f"the model server at {server.url}" in warnings and "no token log-probabilities" in warnings
+    assert "counts 3 tokens in the prompt header" in warnings, "the tokenizer check speaks up too"
+
+
 def test_auto_response_format_falls_back_to_json_object_and_says_so(caplog):
     with FakeModelServer(answer=_llama_cpp_python_dialect) as server:
         model = OpenAIBackend(server.url, decode="greedy")

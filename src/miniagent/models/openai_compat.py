@@ -258,6 +258,12 @@ class ServerRuntime(KVRuntime):
         where = self.server.where
         try:
             self.server_models = self.server.model_ids(deadline)
+        except ModelFailed:  # a server without /models can still complete: only the priors' file name needs it
+            self.server_models = []
+        except ModelTimeout:
+            log.warning("warming up %s: no answer within %g s", where, STARTUP_TIMEOUT_S)
+            return
+        try:
             _, _, usage = self.server.complete(self._text(prefix), 1, [], deadline)
             if usage.get("prompt_tokens") not in (None, len(prefix)):
                 log.warning("%s counts %s tokens in the prompt header, the tokenizer of %s counts %d: it serves "
