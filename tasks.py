@@ -38,35 +38,71 @@ def _flags(**values) -> str:
     return " ".join(parts)
 
 
+# The model options of the CLI, the same on `invoke ask`, `eval` and `exp` (see TutorConfig).
+MODEL_HELP = {
+    "llm": "llama (default) | openai | scripted:<behaviour>",
+    "model": "path of another GGUF file (with --llm openai: the tokenizer of the model the server serves)",
+    "decode": "scored (default) | greedy",
+    "max_action_tokens": "tokens per model reply (default 48)",
+    "n_ctx": "context window in tokens (default 2048)",
+    "n_threads": "llama.cpp threads, 0 = the free cores (default)",
+    "cache_dir": "prompt and priors cache ('' turns it off)",
+    "openai_base_url": "OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (with --llm openai)",
+    "openai_model": "model name the server expects (default 'local')",
+    "openai_response_format": "greedy only: auto (default) | json_schema | json_object",
+    "openai_max_retries": "retries when the model server is unreachable or busy (default 2)",
+    "model_wall_clock_s": "seconds the run may wait for the model apart from wall_clock_s (0 = counted in it)",
+}
+
+
+def _model_flags(**values) -> str:
+    unknown = set(values) - set(MODEL_HELP)
+    assert not unknown, unknown
+    return _flags(**values)
+
+
 @task(help={
     "question": "the grammar question, e.g. 'What is the past simple of go for she?'",
     "max_turns": "turn cap (default 6)",
     "max_tool_calls": "tool-call cap (default 4)",
     "wall_clock_s": "time budget of the run in seconds (default 20)",
     "tool_timeout_s": "per-call MCP timeout in seconds (default 2)",
-    "llm": "llama (default) | openai | scripted:<behaviour>",
-    "model": "path of another GGUF file",
+    **MODEL_HELP,
     "trace": "write JSON-lines events to FILE ('-' for stdout)",
     "json": "print the outcome as JSON",
 })
 def ask(c, question, max_turns=None, max_tool_calls=None, wall_clock_s=None, tool_timeout_s=None,
-        llm=None, model=None, trace=None, json=False):
+        llm=None, model=None, decode=None, max_action_tokens=None, n_ctx=None, n_threads=None, cache_dir=None,
+        openai_base_url=None, openai_model=None, openai_response_format=None, openai_max_retries=None,
+        model_wall_clock_s=None, trace=None, json=False):
     """Ask the grammar tutor one question (real local model + real MCP server)."""
     flags = _flags(max_turns=max_turns, max_tool_calls=max_tool_calls, wall_clock_s=wall_clock_s,
-                   tool_timeout_s=tool_timeout_s, llm=llm, model=model, trace=trace, json=json)
+                   tool_timeout_s=tool_timeout_s, trace=trace, json=json)
+    flags += " " + _model_flags(
+        llm=llm, model=model, decode=decode, max_action_tokens=max_action_tokens, n_ctx=n_ctx, n_threads=n_threads,
+        cache_dir=cache_dir, openai_base_url=openai_base_url, openai_model=openai_model,
+        openai_response_format=openai_response_format, openai_max_retries=openai_max_retries,
+        model_wall_clock_s=model_wall_clock_s)
     _run(c, f"{PY} -m miniagent ask {shlex.quote(question)} {flags}")
 
 
 @task(name="eval", help={
     "set": "JSON-lines eval set (default labs/01-tutor-end-to-end/eval.jsonl)",
-    "llm": "llama (default) | openai | scripted:<behaviour>",
-    "model": "path of another GGUF file",
-    "decode": "llama only: scored (default) | greedy",
+    "limit": "only the first N items",
+    "wall_clock_s": "time budget of each run in seconds (default 20)",
+    **MODEL_HELP,
     "json": "print one JSON object (accuracy, n, items...)",
 })
-def eval_(c, set=None, llm=None, model=None, decode=None, json=False):  # noqa: A002 - the flag is --set
+def eval_(c, set=None, limit=None, wall_clock_s=None, llm=None, model=None, decode=None, max_action_tokens=None,  # noqa: A002
+          n_ctx=None, n_threads=None, cache_dir=None, openai_base_url=None, openai_model=None,
+          openai_response_format=None, openai_max_retries=None, model_wall_clock_s=None, json=False):
     """Score the tutor on an eval set: per-item table, accuracy, stop reasons, latency p50/p95."""
-    flags = _flags(set=set, llm=llm, model=model, decode=decode, json=json)
+    flags = _flags(set=set, limit=limit, wall_clock_s=wall_clock_s, json=json)
+    flags += " " + _model_flags(
+        llm=llm, model=model, decode=decode, max_action_tokens=max_action_tokens, n_ctx=n_ctx, n_threads=n_threads,
+        cache_dir=cache_dir, openai_base_url=openai_base_url, openai_model=openai_model,
+        openai_response_format=openai_response_format, openai_max_retries=openai_max_retries,
+        model_wall_clock_s=model_wall_clock_s)
     _run(c, f"{PY} -m miniagent eval {flags}")
 
 
@@ -235,18 +271,26 @@ def predict(c, variant, learner=None, lang=None):
     "variant": "a break alias/id, or 'baseline' for the intact loop",
     "input": "the question (default: the break's own input)",
     "timeout": "seconds before the harness kills the run (default: the break's)",
+    **MODEL_HELP,
     "llm": "model: llama | scripted:<behaviour> | openai (default: the break's)",
     "learner": "compare with your prediction and append the observation to your notes",
     "json": "print the run record as JSON",
 })
-def exp(c, variant, input=None, timeout=None, llm=None, learner=None, json=False):  # noqa: A002 - --input
+def exp(c, variant, input=None, timeout=None, llm=None, model=None, decode=None, max_action_tokens=None,  # noqa: A002
+        n_ctx=None, n_threads=None, cache_dir=None, openai_base_url=None, openai_model=None,
+        openai_response_format=None, openai_max_retries=None, model_wall_clock_s=None, learner=None, json=False):
     """Run a variant from a sandbox copy under the harness: live panel, kill at timeout, report."""
     from miniagent.lab.breaks import BreakError
     from miniagent.lab.notebook import PredictionError
 
+    model_flags = shlex.split(_model_flags(
+        model=model, decode=decode, max_action_tokens=max_action_tokens, n_ctx=n_ctx, n_threads=n_threads,
+        cache_dir=cache_dir, openai_base_url=openai_base_url, openai_model=openai_model,
+        openai_response_format=openai_response_format, openai_max_retries=openai_max_retries,
+        model_wall_clock_s=model_wall_clock_s))
     try:
         record = _lab().exp(variant, question=input, timeout=float(timeout) if timeout else None, llm=llm,
-                            learner=learner, as_json=json)
+                            learner=learner, as_json=json, model_flags=model_flags)
     except (BreakError, PredictionError, ValueError) as err:
         _refuse(err)
     if record is None:
@@ -311,3 +355,51 @@ def mutants(c, max_children=2):
     result = mm.run(max_children=int(max_children))
     print(mm.report(result))
     sys.exit(1 if result["unexplained"] else 0)
+
+
+@task(name="class-load", help={
+    "learners": "class sizes to measure, comma-separated (default 1,4,8,16)",
+    "base_url": "an OpenAI-compatible server that is already up (default: start llama-cpp-python's here, reap it after)",
+    "questions_each": "questions per learner (default: the public set split among the learners, each question once)",
+    "wall_clock_s": "each run's wall clock (default 20)",
+    "model_wall_clock_s": "the model calls' own budget per run (default 0: counted in the wall clock)",
+    "set": "eval set (default labs/01-tutor-end-to-end/eval.jsonl)",
+    "model": "GGUF the server loads (and the learners' tokenizer)",
+    "save": "also write docs_results/class-load-NAME.md and .json (the docs' tables)",
+    "json": "print the report as JSON",
+})
+def class_load(c, learners="1,4,8,16", base_url=None, questions_each=None, wall_clock_s=None,  # noqa: A002
+               model_wall_clock_s=None, set=None, model=None, save=None, json=False):
+    """A class on one model server: N learners run the eval at once; throughput, turn latency, guard stops."""
+    import json as json_module
+
+    from rich.console import Console
+
+    from miniagent.lab import classload
+
+    console = Console(quiet=json)
+    settings = {k: float(v) for k, v in (("wall_clock_s", wall_clock_s), ("model_wall_clock_s", model_wall_clock_s))
+                if v is not None}
+    if model:
+        settings["model"] = model
+    sizes = [int(n) for n in str(learners).split(",") if n.strip()]
+
+    def show(level):
+        console.print(f"{level['learners']:>3} learners: {level['questions']} questions in {level['wall_s']:.0f} s "
+                      f"({level['questions_per_min']:.1f}/min), turn p50/p95 {level['turn_p50_s']:.1f}/"
+                      f"{level['turn_p95_s']:.1f} s, run p50/p95 {level['run_p50_s']:.1f}/{level['run_p95_s']:.1f} s, "
+                      f"answered {level['answered']}, guard stops {level['guard_stops']} {level['stop_reasons']}, "
+                      f"correct {level['correct']}/{level['questions']}, {level['requests']} requests", highlight=False)
+
+    report = classload.class_load(sizes, base_url=base_url, eval_set=Path(set) if set else classload.DEFAULT_SET,
+                                  questions_each=int(questions_each) if questions_each else None,
+                                  settings=settings, model_path=model, on_level=show)
+    table = classload.markdown(report)
+    console.print(table, markup=False, highlight=False)
+    if save:
+        out = ROOT / "docs_results"
+        (out / f"class-load-{save}.md").write_text(table, encoding="utf-8")
+        (out / f"class-load-{save}.json").write_text(json_module.dumps(report, indent=1) + "\n", encoding="utf-8")
+        console.print(f"saved: docs_results/class-load-{save}.md and .json")
+    if json:
+        print(json_module.dumps(report))

@@ -19,6 +19,7 @@ import pytest
 from helpers import FakeTools, config
 
 from miniagent.agent.loop import grammar_tutor
+from miniagent.agent.ports import Entry
 from miniagent.models.openai_compat import OpenAIBackend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,24 +28,38 @@ QUESTION = "What is the past simple of go for she?"
 
 
 class FakeModelServer:
-    """Answers every POST with ``reply`` (status, body); ``hang`` never answers until closed."""
+    """Answers every POST with ``reply`` (status, body); ``hang`` never answers until closed.
 
-    def __init__(self, status: int = 200, body: bytes = b"{}", hang: bool = False) -> None:
-        self.status, self.body, self.hang = status, body, hang
+    A streamed request (``"stream": true``, the scored decoding's log-probabilities) gets the body as
+    one server-sent event; ``answer`` may replace the fixed reply: (request) -> (status, body).
+    """
+
+    def __init__(self, status: int = 200, body: bytes = b"{}", hang: bool = False, answer=None) -> None:
+        self.status, self.body, self.hang, self.answer = status, body, hang, answer
         self.release = threading.Event()
+        self.requests: list[dict] = []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - the stdlib's name
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                try:
+                    request = json.loads(raw)
+                except json.JSONDecodeError:
+                    request = {}
+                outer.requests.append(request)
                 if outer.hang:
                     outer.release.wait(30)
                     return
-                self.send_response(outer.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(outer.body)))
+                status, body = outer.answer(request) if outer.answer else (outer.status, outer.body)
+                kind = "application/json"
+                if request.get("stream") and status == 200:
+                    body, kind = b"data: " + body + b"\n\ndata: [DONE]\n\n", "text/event-stream"
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(outer.body)
+                self.wfile.write(body)
 
             def log_message(self, *args):
                 pass
@@ -67,9 +82,12 @@ class FakeModelServer:
         self.httpd.server_close()
 
 
-def ask_openai(server: FakeModelServer, **overrides):
-    model = OpenAIBackend(server.url, response_format="json_object")
-    return grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai", **overrides))
+def ask_openai(server: FakeModelServer, decode: str = "scored", **overrides):
+    model = OpenAIBackend(server.url, decode=decode, response_format="json_object", max_retries=0)
+    try:
+        return grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai", **overrides))
+    finally:
+        model.close()
 
 
 MALFORMED = {
@@ -82,31 +100,137 @@ MALFORMED = {
 }
 
 
+@pytest.mark.parametrize("decode", ["scored", "greedy"])
 @pytest.mark.parametrize("kind", sorted(MALFORMED))
-def test_a_malformed_model_reply_is_a_typed_model_failure(kind):
+def test_a_malformed_model_reply_is_a_typed_model_failure(kind, decode):
     with FakeModelServer(body=MALFORMED[kind]) as server:
-        outcome = ask_openai(server)
+        outcome = ask_openai(server, decode)
     assert outcome.stop_reason == "model_failed"
     assert server.url in outcome.answer, "the message names the model server"
     assert "conjugation server failed" not in outcome.answer
     assert "[stop_reason: model_failed]" in outcome.answer
 
 
-def test_the_model_servers_own_error_message_reaches_the_user():
+@pytest.mark.parametrize("decode", ["scored", "greedy"])
+def test_the_model_servers_own_error_message_reaches_the_user(decode):
     body = json.dumps({"error": {"message": "Input should be 'text' or 'json_object'"}}).encode()
     with FakeModelServer(status=500, body=body) as server:
-        outcome = ask_openai(server)
+        outcome = ask_openai(server, decode)
     assert outcome.stop_reason == "model_failed"
     assert "HTTP 500" in outcome.answer and "Input should be 'text' or 'json_object'" in outcome.answer
+    assert len(server.requests) == 1, "an HTTP 500 is not retried: it will not change"
 
 
-def test_a_model_server_that_never_answers_is_bounded_by_the_wall_clock():
+@pytest.mark.parametrize("decode", ["scored", "greedy"])
+def test_a_model_server_that_never_answers_is_bounded_by_the_wall_clock(decode):
     with FakeModelServer(hang=True) as server:
+        model = OpenAIBackend(server.url, decode=decode)
         started = time.monotonic()
-        outcome = ask_openai(server, wall_clock_s=1.5)
+        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai", wall_clock_s=1.5))
         elapsed = time.monotonic() - started
+        model.close()
     assert outcome.stop_reason == "wall_clock"
     assert outcome.stats.seconds <= 1.5 + GRACE_S and elapsed <= 1.5 + GRACE_S + 0.5
+
+
+def test_a_busy_model_server_is_retried_within_the_run():
+    """503 twice, then a reply: the client's typed error, two bounded retries, an answer."""
+    replies = [(503, b'{"error": {"message": "busy"}}')] * 2
+
+    def answer(request):
+        if replies:
+            return replies.pop(0)
+        return 200, json.dumps({"choices": [{"message": {"content": '{"tool": "conjugate", "verb": "go", '
+                                                         '"tense": "past simple", "person": "she"}'},
+                                             "finish_reason": "stop"}]}).encode()
+
+    with FakeModelServer(answer=answer) as server:
+        model = OpenAIBackend(server.url, decode="greedy", max_retries=2)
+        reply = model.next_action([Entry("question", QUESTION)], first_turn=True, timeout_s=10)
+        model.close()
+    assert len(server.requests) == 3 and json.loads(reply.text)["verb"] == "go"
+
+
+def test_retries_stop_at_max_retries_and_say_so():
+    with FakeModelServer(status=503, body=b'{"error": {"message": "busy"}}') as server:
+        outcome = ask_openai(server, "greedy")
+    assert outcome.stop_reason == "model_failed" and "HTTP 503" in outcome.answer and len(server.requests) == 1
+    with FakeModelServer(status=503, body=b'{"error": {"message": "busy"}}') as server:
+        model = OpenAIBackend(server.url, decode="greedy", max_retries=2)
+        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai"))
+        model.close()
+    assert outcome.stop_reason == "model_failed" and "after 2 retries" in outcome.answer and len(server.requests) == 3
+
+
+def test_retries_never_outlive_the_run():
+    """Retries back off 0.5 s, 1 s, 2 s...: with 1.2 s left, no retry starts that would end past it."""
+    with FakeModelServer(status=503, body=b'{"error": {"message": "busy"}}') as server:
+        model = OpenAIBackend(server.url, decode="greedy", max_retries=10)
+        started = time.monotonic()
+        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai", wall_clock_s=1.2))
+        elapsed = time.monotonic() - started
+        model.close()
+    assert outcome.stop_reason == "model_failed" and elapsed <= 1.2 + GRACE_S
+    assert 1 < len(server.requests) < 11
+
+
+def _chat_reply(content: str) -> bytes:
+    return json.dumps({"choices": [{"message": {"content": content}, "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 50, "completion_tokens": 9}}).encode()
+
+
+def _llama_cpp_python_dialect(request):
+    """Like llama-cpp-python's server: HTTP 500 for json_schema, json_object with a schema is fine."""
+    kind = (request.get("response_format") or {}).get("type")
+    if kind == "json_schema":
+        return 500, b'{"detail": "Internal Server Error"}'
+    if kind == "json_object":
+        return 200, _chat_reply('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}')
+    return 200, _chat_reply('{"answer": "she went"}')
+
+
+def test_a_server_without_logprobs_is_detected_at_start_and_decoded_greedily(caplog):
+    """Completions answer, but without log-probabilities: scored decoding cannot work, greedy (chat) can."""
+    def answer(request):
+        if "messages" in request:
+            return 200, _chat_reply('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}')
+        return 200, json.dumps({"choices": [{"text": "x", "finish_reason": "length", "logprobs": None}],
+                                "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+
+    with FakeModelServer(answer=answer) as server:
+        with caplog.at_level("WARNING", logger="miniagent"):
+            model = OpenAIBackend(server.url, warm_up=True)
+        reply = model.next_action([Entry("question", QUESTION)], first_turn=True, timeout_s=10)
+        model.close()
+    assert model.decode == "greedy" and model.name == "openai:greedy"
+    assert json.loads(reply.text)["verb"] == "go"
+    warnings = " ".join(r.getMessage() for r in caplog.records)
+    assert f"the model server at {server.url}" in warnings and "no token log-probabilities" in warnings
+    assert "counts 3 tokens in the prompt header" in warnings, "the tokenizer check speaks up too"
+
+
+def test_auto_response_format_falls_back_to_json_object_and_says_so(caplog):
+    with FakeModelServer(answer=_llama_cpp_python_dialect) as server:
+        model = OpenAIBackend(server.url, decode="greedy")
+        with caplog.at_level("WARNING", logger="miniagent"):
+            first = model.next_action([Entry("question", QUESTION)], first_turn=True, timeout_s=10)
+            again = model.next_action([Entry("question", QUESTION)], first_turn=True, timeout_s=10)
+        model.close()
+    kinds = [(r.get("response_format") or {}).get("type") for r in server.requests]
+    assert kinds == ["json_schema", "json_object", "json_object"], "detected once, then kept"
+    assert json.loads(first.text)["verb"] == "go" and json.loads(again.text)["verb"] == "go"
+    assert model.format_in_use == "json_object"
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert f"the model server at {server.url}" in warning and "refused response_format json_schema" in warning
+
+
+def test_an_explicit_json_schema_is_not_second_guessed():
+    with FakeModelServer(answer=_llama_cpp_python_dialect) as server:
+        model = OpenAIBackend(server.url, decode="greedy", response_format="json_schema")
+        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai"))
+        model.close()
+    assert outcome.stop_reason == "model_failed" and "HTTP 500" in outcome.answer
+    assert f"the model server at {server.url}" in outcome.answer and len(server.requests) == 1
 
 
 def test_malformed_reply_through_the_cli_prints_a_typed_outcome():
@@ -119,12 +243,16 @@ def test_malformed_reply_through_the_cli_prints_a_typed_outcome():
     assert outcome["stop_reason"] == "model_failed" and proc.returncode == 1
 
 
-def test_a_dead_model_server_is_a_model_failure_not_a_conjugation_server_failure():
+@pytest.mark.parametrize("decode", ["scored", "greedy"])
+def test_a_dead_model_server_is_a_model_failure_not_a_conjugation_server_failure(decode):
     with FakeModelServer() as server:
         url = server.url
-    outcome = grammar_tutor(QUESTION, model=OpenAIBackend(url), tools=FakeTools(), config=config(llm="openai"))
+    model = OpenAIBackend(url, decode=decode, max_retries=1)
+    outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai"))
+    model.close()
     assert outcome.stop_reason == "model_failed"
     assert "could not reach the model server" in outcome.answer and url in outcome.answer
+    assert "after 1 retries" in outcome.answer
 
 
 @pytest.mark.real_model

@@ -57,16 +57,23 @@ class TutorConfig:
     # Model.
     llm: str = "llama"  # llama | openai | scripted:<behaviour>
     model: str = ""  # GGUF path; empty = the embedded Gemma 3 270M
-    decode: str = "scored"  # llama only: scored (calibrated option scoring) | greedy (grammar only)
+    decode: str = "scored"  # scored (calibrated option scoring) | greedy (llama: grammar only; openai: chat + JSON mode)
     max_action_tokens: int = 48
     cache_dir: str = str(Path.home() / ".cache" / "miniagent")  # prompt cache; "" turns it off
     n_ctx: int = 2048
     # llama.cpp threads; 0 = auto: the CPUs this process may use minus those other work keeps busy
     # right now (models.resolve_threads).  More threads than free cores makes llama.cpp crawl.
     n_threads: int = 0
-    openai_base_url: str = "http://127.0.0.1:8080/v1"
+    openai_base_url: str = "http://127.0.0.1:8000/v1"  # llama-cpp-python's and vLLM's default port
     openai_model: str = "local"
-    openai_response_format: str = "json_schema"  # json_schema (OpenAI, vLLM, llama.cpp) | json_object (llama-cpp-python)
+    # greedy decoding only: auto (json_schema, else json_object when the server refuses it) | json_schema (OpenAI,
+    # vLLM, llama.cpp) | json_object (llama-cpp-python)
+    openai_response_format: str = "auto"
+    openai_max_retries: int = 2  # when the server cannot be reached or says it is busy, within the run's time
+    # A shared model server queues a class's requests: a turn that waits there is not a hung run. When > 0,
+    # the time a run spends in model calls has this budget of its own and does not count against wall_clock_s
+    # (which keeps bounding the tools and the loop); 0 = model calls count against wall_clock_s.
+    model_wall_clock_s: float = 0.0
     # MCP server faults (labs only; off by default).
     fault_delay_s: float = 0.0
     fault_hang_on: str = ""
@@ -156,3 +163,7 @@ def _check(config: TutorConfig) -> None:
         raise ConfigError("max_repeats must be 0 (off) or more")
     if config.max_auto_continues < 0:
         raise ConfigError("max_auto_continues must be 0 or more")
+    if config.model_wall_clock_s < 0:
+        raise ConfigError("model_wall_clock_s must be 0 (model calls count in wall_clock_s) or more")
+    if config.openai_max_retries < 0:
+        raise ConfigError("openai_max_retries must be 0 or more")

@@ -16,6 +16,7 @@ from .errors import (
     CallBudgetExhausted,
     Cancelled,
     FormatErrorLimit,
+    ModelTimeout,
     StuckLoop,
     TokenBudgetSpent,
     ToolCallCapHit,
@@ -142,6 +143,7 @@ class WallClock:
     limit_s: float
     clock: Callable[[], float] = time.monotonic
     started: float = field(default=0.0)
+    excluded: float = 0.0  # time another clock bounds (ModelClock): not counted here
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -150,7 +152,10 @@ class WallClock:
         return self.clock() - self.started
 
     def remaining(self) -> float:
-        return self.limit_s - self.elapsed()
+        return self.limit_s - (self.elapsed() - self.excluded)
+
+    def exclude(self, seconds: float) -> None:
+        self.excluded += seconds
 
     def check(self) -> None:
         if self.remaining() <= 0:
@@ -167,6 +172,38 @@ class WallClock:
         0 when nothing is left: the tool client refuses the call as a timeout, so the trace and the stats,
         which count the call before it is made, still tell the truth, and the next check ends the run."""
         return min(per_call_s, max(0.0, self.remaining()))
+
+
+class ModelClock:
+    """A shared model server's own time budget per run (model_wall_clock_s): its queue is not a hang.
+
+    Stands between the loop and the model.  The run's model calls may take ``limit_s`` in all, each
+    one what is left of it (instead of what is left of the wall clock), and their time is taken off
+    the wall clock's count, which goes on bounding the tools and the loop itself.
+    """
+
+    def __init__(self, model, limit_s: float, wall_clock: WallClock) -> None:
+        self.model, self.limit_s, self.wall_clock = model, limit_s, wall_clock
+        self.name = getattr(model, "name", "?")
+        self.spent = 0.0
+
+    def next_action(self, scratchpad, *, timeout_s: float | None = None, **kwargs):
+        left = self.limit_s - self.spent
+        if left <= 0:
+            raise WallClockExceeded(f"waited {self.spent:.1f} s for the model; model_wall_clock_s={self.limit_s:g}")
+        started = self.wall_clock.clock()
+        try:
+            return self.model.next_action(scratchpad, timeout_s=left, **kwargs)
+        except ModelTimeout:
+            raise WallClockExceeded(f"the model was still replying when model_wall_clock_s={self.limit_s:g} "
+                                    "ran out") from None
+        finally:
+            waited = self.wall_clock.clock() - started
+            self.spent += waited
+            self.wall_clock.exclude(waited)
+
+    def close(self) -> None:
+        self.model.close()
 
 
 @dataclass

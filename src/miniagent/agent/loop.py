@@ -20,7 +20,8 @@ from .ports import Backend, Entry, ModelReply, Tools
 from .config import TutorConfig
 from .errors import (CallBudgetExhausted, Cancelled, InvalidInput, ModelFailed, ModelTimeout, Recoverable, ServerFailed,
                      StuckLoop, Terminal, ToolCallCapHit, TurnCapHit, WallClockExceeded)
-from .guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, StuckDetector, TokenBudget,
+from .guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, ModelClock, StuckDetector,
+                     TokenBudget,
                      ToolCallCap, TurnCap, WallClock)
 from .trace import Trace
 
@@ -96,6 +97,8 @@ class GrammarTutor:
         self.format_breaker = FormatBreaker(config.max_format_errors)
         self.stuck = StuckDetector(config.max_repeats)
         self.clock = WallClock(config.wall_clock_s, clock)
+        if config.model_wall_clock_s > 0:  # a shared model server: the time in its queue has a clock of its own
+            self.model = ModelClock(model, config.model_wall_clock_s, self.clock)
         self.tokens = TokenBudget(config.max_run_tokens)
         self.cancelled = CancelCheck(cancel)
 

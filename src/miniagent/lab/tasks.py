@@ -261,7 +261,9 @@ def _resolve(variant: str) -> Break | None:
 
 def exp(variant: str, *, question: str | None = None, timeout: float | None = None, llm: str | None = None,
         learner: str | None = None, live: bool = True, as_json: bool = False, flags: list[str] | None = None,
-        runs_dir: Path = RUNS) -> RunRecord | None:
+        runs_dir: Path = RUNS, model_flags: list[str] | None = None) -> RunRecord | None:
+    """Run a break (or the baseline); ``model_flags`` (``--decode greedy``, ``--openai-base-url URL``...) go
+    to the run after the break's own flags."""
     brk = _resolve(variant)
     variant_id = brk.id if brk else BASELINE
     # Hypothesis: a learner who names themselves predicts first.
@@ -276,7 +278,7 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
     question = question or (brk.input if brk else "What is the present perfect of would for you?")
     timeout = timeout or (brk.timeout_s if brk else 30.0)
     llm = llm or (brk.llm if brk else "llama")
-    run_flags = flags if flags is not None else (brk.flags if brk else [])
+    run_flags = (flags if flags is not None else (brk.flags if brk else [])) + list(model_flags or [])
     # Method: run the variant from a throwaway copy; rollback: delete the copy, always.
     sandbox = make_sandbox(brk)
     try:

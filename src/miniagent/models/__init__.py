@@ -30,8 +30,10 @@ def make_backend(config) -> Backend:
         from .openai_compat import OpenAIBackend
 
         return OpenAIBackend(base_url=config.openai_base_url, model=config.openai_model,
-                             max_action_tokens=config.max_action_tokens,
-                             response_format=config.openai_response_format)
+                             max_action_tokens=config.max_action_tokens, decode=config.decode,
+                             response_format=config.openai_response_format, model_path=config.model or None,
+                             n_ctx=config.n_ctx, cache_dir=config.cache_dir or None,
+                             max_retries=config.openai_max_retries, warm_up=True)
     if kind == "scripted":
         from .scripted import ScriptedBackend
 

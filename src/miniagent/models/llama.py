@@ -51,7 +51,7 @@ class LlamaBackend:
                  cache_dir: str | os.PathLike | None = None) -> None:
         if decode not in ("scored", "greedy"):
             raise ValueError("decode must be 'scored' or 'greedy'")
-        self.rt = KVRuntime(model_path, n_ctx=n_ctx, n_threads=n_threads)
+        self.rt = self._runtime(model_path, n_ctx=n_ctx, n_threads=n_threads)
         self.name = f"llama:{decode}"
         self.decode = decode
         self.max_action_tokens = max_action_tokens
@@ -62,6 +62,10 @@ class LlamaBackend:
         (self.quote_token,) = self.rt.tokenize('"')
         self._priors_file = self._priors_path(cache)
         self._calibration: dict[str, np.ndarray] = self._load_priors()
+
+    def _runtime(self, model_path: str | None, *, n_ctx: int, n_threads: int) -> KVRuntime:
+        """What evaluates the model: llama.cpp in this process (the openai backend puts a server here)."""
+        return KVRuntime(model_path, n_ctx=n_ctx, n_threads=n_threads)
 
     # --- prompt ------------------------------------------------------------------
     def _prompt_text(self, scratchpad: list[Entry]) -> str:

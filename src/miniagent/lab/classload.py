@@ -1,0 +1,179 @@
+"""A class at once: N learners run the public eval together against one model server.
+
+Each learner is its own process, as on its own laptop: its own tutor session (its own MCP
+conjugation server), the ``openai`` backend pointed at the shared server.  The learners set up
+first (start-up is not measured); then all of them start on the same signal.  On 2 cores the
+server answers one request at a time, so the class splits the eval instead of repeating it:
+learner *i* of *N* takes questions *i*, *i + N*, *i + 2N*... and each level asks every question
+of the set once (``questions_each`` instead gives every learner that many questions).
+
+Per level: the wall time from the signal to the last answer, throughput (questions per minute),
+the latency of each model turn and of each run (p50/p95), how the runs ended (an answer, or which
+guard), strict accuracy, and the HTTP requests the server answered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from .evaluation import DEFAULT_SET, is_correct, load_eval_set, percentile
+
+LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
+
+
+def assign(n_items: int, learners: int, questions_each: int | None = None) -> list[list[int]]:
+    """The question indices of each learner: the set split round-robin, or ``questions_each`` apiece."""
+    if questions_each is None:
+        return [list(range(i, n_items, learners)) for i in range(learners)]
+    return [[(i * questions_each + k) % n_items for k in range(questions_each)] for i in range(learners)]
+
+
+# --- one learner (a subprocess) -----------------------------------------------------------------
+def learner_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="miniagent.lab.classload")
+    parser.add_argument("--set", dest="eval_set", default=str(DEFAULT_SET))
+    parser.add_argument("--items", required=True, help="comma-separated question indices")
+    parser.add_argument("--settings", default="{}", help="TutorConfig settings as a JSON object")
+    args = parser.parse_args(argv)
+
+    import logging
+
+    from ..agent.config import load_config
+    from ..agent.trace import Trace
+    from .session import TutorSession
+
+    logging.getLogger("miniagent").setLevel(logging.WARNING)
+    items = load_eval_set(args.eval_set)
+    config = load_config(cli=json.loads(args.settings), env={})
+    trace = Trace.memory()
+    with TutorSession(config, trace) as session:
+        _say({"ready": True})
+        sys.stdin.readline()  # the driver's signal: the whole class starts together
+        for index in (int(i) for i in args.items.split(",") if i):
+            item = items[index]
+            first = len(trace.events)
+            outcome = session.ask(item.question)
+            turns: dict[int, float] = {}
+            for event in trace.events[first:]:
+                if event["event"] == "model_action":  # continuations belong to their turn
+                    turns[event["turn"]] = turns.get(event["turn"], 0.0) + event["latency_s"]
+            _say({"item": index, "stop_reason": outcome.stop_reason, "correct": is_correct(outcome.answer, item.accept),
+                  "seconds": outcome.stats.seconds, "turn_latencies": list(turns.values())})
+        server = getattr(session.model, "server", None)
+        _say({"done_at": time.time(), "requests": getattr(server, "requests", 0)})
+    return 0
+
+
+def _say(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+# --- the driver -------------------------------------------------------------------------------------
+def run_level(learners: int, base_url: str, *, eval_set: Path = DEFAULT_SET, questions_each: int | None = None,
+              settings: dict | None = None, log_dir: Path | None = None) -> dict:
+    items = load_eval_set(eval_set)
+    shares = assign(len(items), learners, questions_each)
+    settings = {"llm": "openai", "openai_base_url": base_url, **(settings or {})}
+    log_dir = log_dir or Path(tempfile.mkdtemp(prefix="miniagent-class-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
+    procs, logs = [], []
+    try:
+        for i, share in enumerate(shares):
+            log = open(log_dir / f"learner-{learners}-{i}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "miniagent.lab.classload", "--set", str(eval_set),
+                 "--items", ",".join(map(str, share)), "--settings", json.dumps(settings)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env))
+        for proc in procs:  # every learner set up (its MCP server started, its backend warmed up)
+            line = proc.stdout.readline()
+            if not line.strip().startswith('{"ready"'):
+                raise RuntimeError(f"a learner did not start (see {log_dir}): {line!r}")
+        go = time.time()
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        records = []
+        for proc in procs:
+            remaining = max(1.0, go + LEVEL_TIMEOUT_S - time.time())
+            out, _ = proc.communicate(timeout=remaining)
+            records += [json.loads(line) for line in out.splitlines() if line.strip()]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        for log in logs:
+            log.close()
+    runs = [r for r in records if "item" in r]
+    ends = [r["done_at"] for r in records if "done_at" in r]
+    wall = (max(ends) - go) if ends else float("nan")
+    turns = [t for r in runs for t in r["turn_latencies"]]
+    stops = Counter(r["stop_reason"] for r in runs)
+    return {
+        "learners": learners, "questions": len(runs), "questions_each": [len(s) for s in shares],
+        "wall_s": round(wall, 1), "questions_per_min": round(len(runs) / wall * 60, 2) if wall else 0.0,
+        "turns": len(turns),
+        "turn_p50_s": round(percentile(turns, 0.5), 2), "turn_p95_s": round(percentile(turns, 0.95), 2),
+        "run_p50_s": round(percentile([r["seconds"] for r in runs], 0.5), 2),
+        "run_p95_s": round(percentile([r["seconds"] for r in runs], 0.95), 2),
+        "answered": stops.get("answered", 0), "guard_stops": len(runs) - stops.get("answered", 0),
+        "stop_reasons": dict(stops), "correct": sum(r["correct"] for r in runs),
+        "requests": sum(r.get("requests", 0) for r in records), "settings": settings,
+    }
+
+
+def class_load(levels: list[int], *, base_url: str | None = None, eval_set: Path = DEFAULT_SET,
+               questions_each: int | None = None, settings: dict | None = None, model_path: str | None = None,
+               on_level=None) -> dict:
+    """Every level in turn against one server (``base_url``, or llama-cpp-python's started here and reaped)."""
+    from .model_server import llama_cpp_server
+
+    log_dir = Path(tempfile.mkdtemp(prefix="miniagent-class-"))
+    started_here = base_url is None
+    server = (llama_cpp_server(model_path, log=log_dir / "server.log") if started_here
+              else contextlib.nullcontext(base_url))
+    results = []
+    with server as url:
+        for n in levels:
+            level = run_level(n, url, eval_set=eval_set, questions_each=questions_each, settings=settings,
+                              log_dir=log_dir)
+            results.append(level)
+            if on_level:
+                on_level(level)
+    return {"server": "llama-cpp-python (defaults, started here)" if started_here else base_url,
+            "cpus": os.cpu_count(), "eval_set": str(eval_set), "questions_each": questions_each,
+            "settings": settings or {}, "levels": results, "logs": str(log_dir),
+            "measured_at": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def markdown(report: dict) -> str:
+    """The docs' table (both languages in the header, like the other measured tables)."""
+    settings = ", ".join(f"`{k}={v}`" for k, v in report["settings"].items()) or "defaults · por defecto"
+    share = (f"{report['questions_each']} questions each · preguntas cada uno" if report["questions_each"]
+             else "the set split among the learners · el conjunto repartido entre los alumnos")
+    lines = [f"Measured by `invoke class-load` · medido con `invoke class-load`: {report['measured_at']}, "
+             f"{report['cpus']} cores, {report['server']}, `{report['eval_set']}`, {share}; {settings}.", "",
+             "| learners · alumnos | questions · preguntas | wall s · segundos | questions/min · preguntas/min | "
+             "turn p50 / p95 s · turno | run p50 / p95 s · ejecución | answered · respondidas | "
+             "guard stops · paradas por guarda | strict accuracy · acierto estricto |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in report["levels"]:
+        guards = ", ".join(f"{k} {v}" for k, v in sorted(r["stop_reasons"].items()) if k != "answered") or "0"
+        lines.append(f"| {r['learners']} | {r['questions']} | {r['wall_s']:.0f} | {r['questions_per_min']:.1f} | "
+                     f"{r['turn_p50_s']:.1f} / {r['turn_p95_s']:.1f} | {r['run_p50_s']:.1f} / {r['run_p95_s']:.1f} | "
+                     f"{r['answered']} | {guards} | {r['correct']}/{r['questions']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(learner_main())

@@ -1,0 +1,91 @@
+"""A shared model server, started as a teacher starts it: llama-cpp-python's, with its defaults.
+
+``llama_cpp_server()`` starts ``python -m llama_cpp.server --model PATH`` on loopback, waits until
+the server *answers a completion* (an open port is not enough: the model loads after the socket
+opens, and the first request on a cold server evaluates the whole prompt), yields its base URL,
+and always stops and reaps the process, whatever happened inside the block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Iterator
+
+from ..agent.errors import ModelFailed, ModelTimeout
+
+
+class ServerNotReady(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_it_answers(base_url: str, process: subprocess.Popen | None = None, *, timeout_s: float = 300.0) -> float:
+    """Seconds until a one-token completion comes back; ServerNotReady if the process dies or time runs out."""
+    from ..models.openai_compat import ModelServer
+
+    server = ModelServer(base_url, max_retries=0)
+    started = time.monotonic()
+    deadline = started + timeout_s
+    last = "no answer yet"
+    try:
+        while time.monotonic() < deadline:
+            if process is not None and process.poll() is not None:
+                raise ServerNotReady(f"the model server exited during start-up (exit code {process.returncode})")
+            try:
+                server.complete("Hello", 1, [], min(deadline, time.monotonic() + 10))
+                return time.monotonic() - started
+            except (ModelFailed, ModelTimeout) as err:  # not listening yet, or still loading
+                last = str(err)
+            time.sleep(0.3)
+    finally:
+        server.close()
+    raise ServerNotReady(f"{base_url} did not answer a completion within {timeout_s:g} s ({last})")
+
+
+def stop(process: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM to the server's process group, SIGKILL after ``grace_s``; the process is always reaped."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@contextlib.contextmanager
+def llama_cpp_server(model_path: str | None = None, *, host: str = "127.0.0.1", port: int | None = None,
+                     extra_args: tuple[str, ...] = (), log: IO | Path | None = None,
+                     ready_timeout_s: float = 300.0) -> Iterator[str]:
+    """llama-cpp-python's server on ``host:port`` with its defaults (plus ``extra_args``); yields the base URL."""
+    from ..models.llama_runtime import default_model_path
+
+    port = port or free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", model_path or default_model_path(),
+               "--host", host, "--port", str(port), *extra_args]
+    out = open(log, "w", encoding="utf-8") if isinstance(log, Path) else log  # noqa: SIM115 - closed below
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out or subprocess.DEVNULL,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"http://{host}:{port}/v1"
+        wait_until_it_answers(url, process, timeout_s=ready_timeout_s)
+        yield url
+    finally:
+        stop(process)
+        if isinstance(log, Path) and out is not None:
+            out.close()
