@@ -365,7 +365,7 @@ def mutants(c, max_children=2):
     "model_wall_clock_s": "the model calls' own budget per run (default 0: counted in the wall clock)",
     "set": "eval set (default labs/01-tutor-end-to-end/eval.jsonl)",
     "model": "GGUF the server loads (and the learners' tokenizer)",
-    "save": "also write docs_results/class-load-NAME.md and .json (the docs' tables)",
+    "save": "also write docs_results/class-load-NAME.json and its tables (.md, .es.md) for the docs",
     "json": "print the report as JSON",
 })
 def class_load(c, learners="1,4,8,16", base_url=None, questions_each=None, wall_clock_s=None,  # noqa: A002
@@ -394,12 +394,9 @@ def class_load(c, learners="1,4,8,16", base_url=None, questions_each=None, wall_
     report = classload.class_load(sizes, base_url=base_url, eval_set=Path(set) if set else classload.DEFAULT_SET,
                                   questions_each=int(questions_each) if questions_each else None,
                                   settings=settings, model_path=model, on_level=show)
-    table = classload.markdown(report)
-    console.print(table, markup=False, highlight=False)
+    console.print(classload.markdown(report), markup=False, highlight=False)
     if save:
-        out = ROOT / "docs_results"
-        (out / f"class-load-{save}.md").write_text(table, encoding="utf-8")
-        (out / f"class-load-{save}.json").write_text(json_module.dumps(report, indent=1) + "\n", encoding="utf-8")
-        console.print(f"saved: docs_results/class-load-{save}.md and .json")
+        for path in classload.save(report, ROOT / "docs_results", save):
+            console.print(f"saved: {path.relative_to(ROOT)}", highlight=False)
     if json:
         print(json_module.dumps(report))

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from .evaluation import DEFAULT_SET, is_correct, load_eval_set, percentile
+from .process_tree import _signal_group, load_average
 
 LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
 
@@ -93,7 +95,8 @@ def run_level(learners: int, base_url: str, *, eval_set: Path = DEFAULT_SET, que
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "miniagent.lab.classload", "--set", str(eval_set),
                  "--items", ",".join(map(str, share)), "--settings", json.dumps(settings)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env))
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+                start_new_session=True))  # a group per learner: its MCP server is reaped with it
         for proc in procs:  # every learner set up (its MCP server started, its backend warmed up)
             line = proc.stdout.readline()
             if not line.strip().startswith('{"ready"'):
@@ -107,10 +110,9 @@ def run_level(learners: int, base_url: str, *, eval_set: Path = DEFAULT_SET, que
             remaining = max(1.0, go + LEVEL_TIMEOUT_S - time.time())
             out, _ = proc.communicate(timeout=remaining)
             records += [json.loads(line) for line in out.splitlines() if line.strip()]
-    finally:
+    finally:  # also on a timeout or Ctrl-C: every learner's group (the learner and its MCP server) is killed
         for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+            _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
         for log in logs:
             log.close()
@@ -143,6 +145,7 @@ def class_load(levels: list[int], *, base_url: str | None = None, eval_set: Path
     server = (llama_cpp_server(model_path, log=log_dir / "server.log") if started_here
               else contextlib.nullcontext(base_url))
     results = []
+    load_before = load_average()
     with server as url:
         for n in levels:
             level = run_level(n, url, eval_set=eval_set, questions_each=questions_each, settings=settings,
@@ -151,28 +154,81 @@ def class_load(levels: list[int], *, base_url: str | None = None, eval_set: Path
             if on_level:
                 on_level(level)
     return {"server": "llama-cpp-python (defaults, started here)" if started_here else base_url,
-            "cpus": os.cpu_count(), "eval_set": str(eval_set), "questions_each": questions_each,
+            "cpus": os.cpu_count(), "eval_set": _shown(eval_set), "questions_each": questions_each,
             "settings": settings or {}, "levels": results, "logs": str(log_dir),
+            "load_before": load_before, "load_after": load_average(),
             "measured_at": time.strftime("%Y-%m-%d %H:%M")}
 
 
-def markdown(report: dict) -> str:
-    """The docs' table (both languages in the header, like the other measured tables)."""
-    settings = ", ".join(f"`{k}={v}`" for k, v in report["settings"].items()) or "defaults · por defecto"
-    share = (f"{report['questions_each']} questions each · preguntas cada uno" if report["questions_each"]
-             else "the set split among the learners · el conjunto repartido entre los alumnos")
-    lines = [f"Measured by `invoke class-load` · medido con `invoke class-load`: {report['measured_at']}, "
-             f"{report['cpus']} cores, {report['server']}, `{report['eval_set']}`, {share}; {settings}.", "",
-             "| learners · alumnos | questions · preguntas | wall s · segundos | questions/min · preguntas/min | "
-             "turn p50 / p95 s · turno | run p50 / p95 s · ejecución | answered · respondidas | "
-             "guard stops · paradas por guarda | strict accuracy · acierto estricto |",
-             "|---|---|---|---|---|---|---|---|---|"]
+TABLE = {
+    "en": {
+        "intro": "Measured by `invoke class-load` on {when}: {cpus} cores, {server}, `{eval_set}`, {share}; {settings}.",
+        "defaults": "default settings",
+        "split": "the set split among the learners",
+        "each": "{n} questions per learner",
+        "quiet": "The machine was quiet before and after (1-minute load average {before} and {after}).",
+        "busy": "**The machine was busy** (1-minute load average {before} before, {after} after, on {cpus} cores): "
+                "other programs took CPU from the server and these figures are disturbed.",
+        "head": ["learners", "questions", "wall s", "questions/min", "turn p50 / p95 s", "run p50 / p95 s",
+                 "answered", "stopped by a guard", "strict accuracy"],
+        "none": "none",
+    },
+    "es": {
+        "intro": "Medido con `invoke class-load` el {when}: {cpus} núcleos, {server}, `{eval_set}`, {share}; {settings}.",
+        "defaults": "valores por defecto",
+        "split": "el conjunto repartido entre los alumnos",
+        "each": "{n} preguntas por alumno",
+        "quiet": "La máquina estaba en reposo antes y después (carga media de 1 minuto: {before} y {after}).",
+        "busy": "**La máquina estaba ocupada** (carga media de 1 minuto: {before} antes y {after} después, con {cpus} "
+                "núcleos): otros programas le quitaron CPU al servidor y estas cifras están alteradas.",
+        "head": ["alumnos", "preguntas", "s de reloj", "preguntas/min", "turno p50 / p95 s", "ejecución p50 / p95 s",
+                 "respondidas", "paradas por una guarda", "acierto estricto"],
+        "none": "ninguna",
+    },
+}
+
+
+def disturbed(report: dict) -> bool:
+    """Other work on the machine: a load average above half the cores before the class started or after it."""
+    half = (report.get("cpus") or 1) / 2
+    return any(load is not None and load > half for load in (report.get("load_before"), report.get("load_after")))
+
+
+def _shown(path: Path) -> str:
+    """A path as the docs show it: from the project's root when it is inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def markdown(report: dict, lang: str = "en") -> str:
+    """The docs' table for one language, with whether the machine was quiet enough to trust it."""
+    t = TABLE[lang]
+    settings = ", ".join(f"`{k}={v}`" for k, v in report["settings"].items()) or t["defaults"]
+    share = t["each"].format(n=report["questions_each"]) if report["questions_each"] else t["split"]
+    server = report["server"] if "://" in report["server"] else "llama-cpp-python"
+    lines = [t["intro"].format(when=report["measured_at"], cpus=report["cpus"], server=server,
+                               eval_set=report["eval_set"], share=share, settings=settings),
+             (t["busy"] if disturbed(report) else t["quiet"]).format(
+                 before=report.get("load_before"), after=report.get("load_after"), cpus=report["cpus"]), "",
+             "| " + " | ".join(t["head"]) + " |", "|" + "---|" * len(t["head"])]
     for r in report["levels"]:
-        guards = ", ".join(f"{k} {v}" for k, v in sorted(r["stop_reasons"].items()) if k != "answered") or "0"
+        guards = ", ".join(f"`{k}` {v}" for k, v in sorted(r["stop_reasons"].items()) if k != "answered") or t["none"]
         lines.append(f"| {r['learners']} | {r['questions']} | {r['wall_s']:.0f} | {r['questions_per_min']:.1f} | "
                      f"{r['turn_p50_s']:.1f} / {r['turn_p95_s']:.1f} | {r['run_p50_s']:.1f} / {r['run_p95_s']:.1f} | "
                      f"{r['answered']} | {guards} | {r['correct']}/{r['questions']} |")
     return "\n".join(lines) + "\n"
+
+
+def save(report: dict, folder: Path, name: str) -> list[Path]:
+    """docs_results/class-load-NAME.json and one table per language (.md, .es.md), all from the one report."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"class-load-{name}.json", folder / f"class-load-{name}.md", folder / f"class-load-{name}.es.md"]
+    paths[0].write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    paths[1].write_text(markdown(report, "en"), encoding="utf-8")
+    paths[2].write_text(markdown(report, "es"), encoding="utf-8")
+    return paths
 
 
 if __name__ == "__main__":

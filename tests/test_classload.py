@@ -1,0 +1,84 @@
+"""invoke class-load: how a class is split, how the report reads in each language, and a real small class."""
+
+from __future__ import annotations
+
+import json
+
+import psutil
+import pytest
+
+from miniagent.agent import errors
+from miniagent.lab import classload
+
+
+def _subclasses(cls) -> set:
+    return {cls} | {s for sub in cls.__subclasses__() for s in _subclasses(sub)}
+
+
+def level(**over) -> dict:
+    base = {"learners": 4, "questions": 30, "wall_s": 181.0, "questions_per_min": 9.9, "turn_p50_s": 3.2,
+            "turn_p95_s": 9.8, "run_p50_s": 12.0, "run_p95_s": 20.1, "answered": 27, "guard_stops": 3,
+            "stop_reasons": {"answered": 27, "wall_clock": 3}, "correct": 24}
+    return {**base, **over}
+
+
+def report(**over) -> dict:
+    base = {"server": "llama-cpp-python (defaults, started here)", "cpus": 2,
+            "eval_set": "labs/01-tutor-end-to-end/eval.jsonl", "questions_each": None, "settings": {},
+            "levels": [level()], "measured_at": "2026-11-24 02:00", "load_before": 0.1, "load_after": 0.4}
+    return {**base, **over}
+
+
+def test_the_set_is_split_so_each_question_is_asked_once():
+    shares = classload.assign(30, 4)
+    asked = sorted(i for share in shares for i in share)
+    assert asked == list(range(30))
+    assert [len(s) for s in shares] == [8, 8, 7, 7]
+
+
+def test_questions_each_gives_every_learner_its_own_count():
+    shares = classload.assign(30, 3, questions_each=2)
+    assert shares == [[0, 1], [2, 3], [4, 5]]
+
+
+@pytest.mark.parametrize("lang, words, foreign", [
+    ("en", ["learners", "stopped by a guard", "strict accuracy", "quiet"], ["alumnos", "·"]),
+    ("es", ["alumnos", "paradas por una guarda", "acierto estricto", "reposo"], ["learners", "·"]),
+])
+def test_the_table_speaks_one_language(lang, words, foreign):
+    text = classload.markdown(report(), lang)
+    for word in words:
+        assert word in text
+    for word in foreign:
+        assert word not in text, f"{word!r} in the {lang} table"
+    assert "| 4 | 30 | 181 | 9.9 | 3.2 / 9.8 | 12.0 / 20.1 | 27 | `wall_clock` 3 | 24/30 |" in text
+
+
+@pytest.mark.parametrize("before, after, busy", [(0.1, 0.4, False), (1.6, 0.3, True), (0.2, 1.9, True),
+                                                  (None, None, False)])
+def test_a_busy_machine_is_said_plainly(before, after, busy):
+    r = report(load_before=before, load_after=after)
+    assert classload.disturbed(r) is busy
+    assert ("disturbed" in classload.markdown(r, "en")) is busy
+    assert ("alteradas" in classload.markdown(r, "es")) is busy
+
+
+def test_save_writes_the_report_and_a_table_per_language(tmp_path):
+    paths = classload.save(report(), tmp_path, "demo")
+    assert [p.name for p in paths] == ["class-load-demo.json", "class-load-demo.md", "class-load-demo.es.md"]
+    assert json.loads(paths[0].read_text())["levels"][0]["correct"] == 24
+    assert "learners" in paths[1].read_text() and "alumnos" in paths[2].read_text()
+
+
+@pytest.mark.real_model
+def test_a_small_class_against_a_real_server_reaps_every_learner():
+    pytest.importorskip("llama_cpp.server", reason="pip install 'llama-cpp-python[server]'")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    result = classload.class_load([2], questions_each=1, settings={"model_wall_clock_s": 300.0})
+    (only,) = result["levels"]
+    assert only["learners"] == 2 and only["questions"] == 2
+    typed = {"answered"} | {cls.stop_reason for cls in _subclasses(errors.Terminal)}
+    assert set(only["stop_reasons"]) <= typed, "every run ends with a typed stop reason"
+    assert only["turns"] >= 2 and only["requests"] >= 2, "each learner asked the server at least once"
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert not left, f"left behind: {[p.cmdline() for p in left]}"
