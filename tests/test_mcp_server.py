@@ -272,9 +272,9 @@ def test_server_killed_from_outside_is_server_failed():
         assert c.call("conjugate", SEE) == "she has seen"
         os.kill(pid, signal.SIGKILL)
         started = time.monotonic()
-        with pytest.raises(ServerFailed):
+        with pytest.raises(ServerFailed, match="died|not running|closed"):  # a timeout would be a ToolTimeout
             c.call("conjugate", SEE)
-        assert time.monotonic() - started < 2  # detected, not timed out
+        assert time.monotonic() - started < 5  # detected before the call's 5 s timeout (~0.01 s here, quiet)
         with pytest.raises(ServerFailed):
             c.call("conjugate", GO)
     assert wait_gone(pid, within=0.5)
@@ -285,9 +285,9 @@ def test_server_killed_during_a_call_is_server_failed():
         pid = c.server_pid
         threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
         started = time.monotonic()
-        with pytest.raises(ServerFailed):
+        with pytest.raises(ServerFailed, match="died|not running|closed"):  # a timeout would be a ToolTimeout
             c.call("conjugate", SEE)
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 5  # detected before the call's 5 s timeout, not waited out
     assert wait_gone(pid, within=0.5)
 
 
