@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import sys
 import tempfile
 import time
@@ -27,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 from .evaluation import DEFAULT_SET, is_correct, load_eval_set, percentile
-from .process_tree import _signal_group, load_average
+from .process_tree import MachineLoad, TreeSampler, _signal_group, load_average
 
 LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
 
@@ -134,6 +135,38 @@ def run_level(learners: int, base_url: str, *, eval_set: Path = DEFAULT_SET, que
     }
 
 
+BUSY_OTHERS = 50.0  # other programs' mean CPU (100 = one core) that makes the figures disturbed, as in the harness
+
+
+class OthersSampler:
+    """Once a second, the CPU that programs outside this class (driver, server, learners) take from it."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s, self.samples = interval_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="others-cpu", daemon=True)
+
+    def _run(self) -> None:
+        tree, machine = TreeSampler(os.getpid()), MachineLoad()
+        while not self._stop.wait(self.interval_s):
+            try:
+                cpu, _, _ = tree.sample()
+                self.samples.append(machine.sample(cpu))
+            except Exception:  # noqa: BLE001 - a lost sample must not end a 15-minute measurement
+                continue
+
+    def __enter__(self) -> OthersSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def mean(self) -> float | None:
+        return round(sum(self.samples) / len(self.samples), 1) if self.samples else None
+
+
 def class_load(levels: list[int], *, base_url: str | None = None, eval_set: Path = DEFAULT_SET,
                questions_each: int | None = None, settings: dict | None = None, model_path: str | None = None,
                on_level=None) -> dict:
@@ -146,7 +179,7 @@ def class_load(levels: list[int], *, base_url: str | None = None, eval_set: Path
               else contextlib.nullcontext(base_url))
     results = []
     load_before = load_average()
-    with server as url:
+    with server as url, OthersSampler() as others:
         for n in levels:
             level = run_level(n, url, eval_set=eval_set, questions_each=questions_each, settings=settings,
                               log_dir=log_dir)
@@ -156,7 +189,7 @@ def class_load(levels: list[int], *, base_url: str | None = None, eval_set: Path
     return {"server": "llama-cpp-python (defaults, started here)" if started_here else base_url,
             "cpus": os.cpu_count(), "eval_set": _shown(eval_set), "questions_each": questions_each,
             "settings": settings or {}, "levels": results, "logs": str(log_dir),
-            "load_before": load_before, "load_after": load_average(),
+            "load_before": load_before, "others_cpu_mean": others.mean(), "busy_others": BUSY_OTHERS,
             "measured_at": time.strftime("%Y-%m-%d %H:%M")}
 
 
@@ -166,9 +199,11 @@ TABLE = {
         "defaults": "default settings",
         "split": "the set split among the learners",
         "each": "{n} questions per learner",
-        "quiet": "The machine was quiet before and after (1-minute load average {before} and {after}).",
-        "busy": "**The machine was busy** (1-minute load average {before} before, {after} after, on {cpus} cores): "
-                "other programs took CPU from the server and these figures are disturbed.",
+        "quiet": "Other programs used {others} % of one core on average during the class (1-minute load average "
+                 "before it: {before}): these figures are the class's own.",
+        "busy": "**The machine was busy**: other programs used {others} % of one core on average during the class "
+                "(1-minute load average before it: {before}, on {cpus} cores). They took CPU from the server, so "
+                "these figures are disturbed.",
         "head": ["learners", "questions", "wall s", "questions/min", "turn p50 / p95 s", "run p50 / p95 s",
                  "answered", "stopped by a guard", "strict accuracy"],
         "none": "none",
@@ -178,9 +213,11 @@ TABLE = {
         "defaults": "valores por defecto",
         "split": "el conjunto repartido entre los alumnos",
         "each": "{n} preguntas por alumno",
-        "quiet": "La máquina estaba en reposo antes y después (carga media de 1 minuto: {before} y {after}).",
-        "busy": "**La máquina estaba ocupada** (carga media de 1 minuto: {before} antes y {after} después, con {cpus} "
-                "núcleos): otros programas le quitaron CPU al servidor y estas cifras están alteradas.",
+        "quiet": "Otros programas usaron de media un {others} % de un núcleo durante la clase (carga media de "
+                 "1 minuto antes de empezar: {before}): estas cifras son las de la clase.",
+        "busy": "**La máquina estaba ocupada**: otros programas usaron de media un {others} % de un núcleo durante "
+                "la clase (carga media de 1 minuto antes de empezar: {before}, con {cpus} núcleos). Le quitaron CPU "
+                "al servidor, así que estas cifras están alteradas.",
         "head": ["alumnos", "preguntas", "s de reloj", "preguntas/min", "turno p50 / p95 s", "ejecución p50 / p95 s",
                  "respondidas", "paradas por una guarda", "acierto estricto"],
         "none": "ninguna",
@@ -189,9 +226,12 @@ TABLE = {
 
 
 def disturbed(report: dict) -> bool:
-    """Other work on the machine: a load average above half the cores before the class started or after it."""
-    half = (report.get("cpus") or 1) / 2
-    return any(load is not None and load > half for load in (report.get("load_before"), report.get("load_after")))
+    """Other work on the machine during the class (or, in a report without that figure, just before it)."""
+    others = report.get("others_cpu_mean")
+    if others is not None:
+        return others > report.get("busy_others", BUSY_OTHERS)
+    load = report.get("load_before")
+    return load is not None and load > (report.get("cpus") or 1) / 2
 
 
 def _shown(path: Path) -> str:
@@ -211,7 +251,8 @@ def markdown(report: dict, lang: str = "en") -> str:
     lines = [t["intro"].format(when=report["measured_at"], cpus=report["cpus"], server=server,
                                eval_set=report["eval_set"], share=share, settings=settings),
              (t["busy"] if disturbed(report) else t["quiet"]).format(
-                 before=report.get("load_before"), after=report.get("load_after"), cpus=report["cpus"]), "",
+                 before=report.get("load_before"), cpus=report["cpus"],
+                 others="?" if report.get("others_cpu_mean") is None else f"{report['others_cpu_mean']:g}"), "",
              "| " + " | ".join(t["head"]) + " |", "|" + "---|" * len(t["head"])]
     for r in report["levels"]:
         guards = ", ".join(f"`{k}` {v}" for k, v in sorted(r["stop_reasons"].items()) if k != "answered") or t["none"]
