@@ -65,6 +65,7 @@ def test_a_busy_machine_is_said_plainly(before, others, busy):
     assert classload.disturbed(r) is busy
     assert ("disturbed" in classload.markdown(r, "en")) is busy
     assert ("alteradas" in classload.markdown(r, "es")) is busy
+    assert ("not sampled" in classload.markdown(r, "en")) is (others is None)
 
 
 def test_save_writes_the_report_and_a_table_per_language(tmp_path):

@@ -207,6 +207,9 @@ TABLE = {
         "head": ["learners", "questions", "wall s", "questions/min", "turn p50 / p95 s", "run p50 / p95 s",
                  "answered", "stopped by a guard", "strict accuracy"],
         "none": "none",
+        "unsampled": "Other programs' CPU was not sampled during this class; the 1-minute load average before it was "
+                     "{before} on {cpus} cores{verdict}.",
+        "unsampled_busy": ", so these figures may be disturbed",
     },
     "es": {
         "intro": "Medido con `invoke class-load` el {when}: {cpus} núcleos, {server}, `{eval_set}`, {share}; {settings}.",
@@ -221,6 +224,9 @@ TABLE = {
         "head": ["alumnos", "preguntas", "s de reloj", "preguntas/min", "turno p50 / p95 s", "ejecución p50 / p95 s",
                  "respondidas", "paradas por una guarda", "acierto estricto"],
         "none": "ninguna",
+        "unsampled": "No se midió la CPU de otros programas durante esta clase; la carga media de 1 minuto antes de "
+                     "empezar era {before} con {cpus} núcleos{verdict}.",
+        "unsampled_busy": ", así que estas cifras pueden estar alteradas",
     },
 }
 
@@ -242,6 +248,15 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def _machine_line(report: dict, t: dict) -> str:
+    """Whether other programs shared the machine with the class, in the table's language."""
+    if report.get("others_cpu_mean") is None:
+        return t["unsampled"].format(before=report.get("load_before"), cpus=report["cpus"],
+                                     verdict=t["unsampled_busy"] if disturbed(report) else "")
+    return (t["busy"] if disturbed(report) else t["quiet"]).format(
+        others=f"{report['others_cpu_mean']:g}", before=report.get("load_before"), cpus=report["cpus"])
+
+
 def markdown(report: dict, lang: str = "en") -> str:
     """The docs' table for one language, with whether the machine was quiet enough to trust it."""
     t = TABLE[lang]
@@ -250,9 +265,7 @@ def markdown(report: dict, lang: str = "en") -> str:
     server = report["server"] if "://" in report["server"] else "llama-cpp-python"
     lines = [t["intro"].format(when=report["measured_at"], cpus=report["cpus"], server=server,
                                eval_set=report["eval_set"], share=share, settings=settings),
-             (t["busy"] if disturbed(report) else t["quiet"]).format(
-                 before=report.get("load_before"), cpus=report["cpus"],
-                 others="?" if report.get("others_cpu_mean") is None else f"{report['others_cpu_mean']:g}"), "",
+             _machine_line(report, t), "",
              "| " + " | ".join(t["head"]) + " |", "|" + "---|" * len(t["head"])]
     for r in report["levels"]:
         guards = ", ".join(f"`{k}` {v}" for k, v in sorted(r["stop_reasons"].items()) if k != "answered") or t["none"]
