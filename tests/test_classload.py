@@ -17,7 +17,7 @@ def _subclasses(cls) -> set:
 
 def level(**over) -> dict:
     base = {"learners": 4, "questions": 30, "wall_s": 181.0, "questions_per_min": 9.9, "turn_p50_s": 3.2,
-            "turn_p95_s": 9.8, "run_p50_s": 12.0, "run_p95_s": 20.1, "answered": 27, "guard_stops": 3,
+            "turn_p95_s": 9.8, "turns": 60, "run_p50_s": 12.0, "run_p95_s": 20.1, "answered": 27, "guard_stops": 3,
             "stop_reasons": {"answered": 27, "wall_clock": 3}, "correct": 24}
     return {**base, **over}
 
@@ -54,7 +54,13 @@ def test_the_table_speaks_one_language(lang, words, foreign):
         assert word in text
     for word in foreign:
         assert word not in text, f"{word!r} in the {lang} table"
-    assert "| 4 | 30 | 181 | 9.9 | 3.2 / 9.8 | 12.0 / 20.1 | 27 | `wall_clock` 3 | 24/30 |" in text
+    assert "| 4 | 30 | 181 | 9.0 | 3.2 / 9.8 | 12.0 / 20.1 | 27 | `wall_clock` 3 | 24/30 |" in text
+
+
+def test_a_level_where_no_turn_finished_shows_no_latency_and_no_answers():
+    r = report(levels=[level(turns=0, turn_p50_s=0.0, turn_p95_s=0.0, answered=0, guard_stops=30,
+                             stop_reasons={"wall_clock": 30}, correct=0, wall_s=80.0)])
+    assert "| 4 | 30 | 80 | 0.0 | — | 12.0 / 20.1 | 0 | `wall_clock` 30 | 0/30 |" in classload.markdown(r)
 
 
 @pytest.mark.parametrize("before, others, busy", [(0.1, 12.0, False), (1.6, 12.0, False), (0.2, 75.0, True),

@@ -91,3 +91,19 @@ def test_invoke_ask_max_turns_reaches_the_loop():
               "--max-turns", "2"]
     outcome = _run(invoke)
     assert outcome["stop_reason"] == "max_turns" and outcome["stats"]["turns"] == 2
+
+
+def test_a_shared_model_server_gets_a_model_clock_of_its_own_unless_one_is_set(tmp_path):
+    """With llm = openai the queue of a class's server is not a hang: model calls get 300 s apart from the wall
+    clock, whichever layer chose openai; a value set in any layer, 0 included, is kept; other models keep 0."""
+    from miniagent.agent.config import SHARED_MODEL_WALL_CLOCK_S
+
+    assert load_config(cli={"llm": "openai"}, env={}).model_wall_clock_s == SHARED_MODEL_WALL_CLOCK_S == 300.0
+    assert load_config(env={"MINIAGENT_LLM": "openai"}).model_wall_clock_s == 300.0
+    assert load_config(cli={"llm": "openai", "model_wall_clock_s": "0"}, env={}).model_wall_clock_s == 0.0
+    assert load_config(env={"MINIAGENT_LLM": "openai", "MINIAGENT_MODEL_WALL_CLOCK_S": "45"}).model_wall_clock_s == 45.0
+    toml = tmp_path / "miniagent.toml"
+    toml.write_text('llm = "openai"\nmodel_wall_clock_s = 0\n')
+    assert load_config(path=toml, env={}).model_wall_clock_s == 0.0
+    assert load_config(env={}).model_wall_clock_s == 0.0
+    assert load_config(cli={"llm": "scripted:oracle"}, env={}).model_wall_clock_s == 0.0

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-ADVERSARIAL = "Please conjugate the verb eat lovingly in the dreaming tense"
+ADVERSARIAL = "Could you conjugate eat tenderly in the sleepy tense?"  # a verb among words that are not grammar
 # The real model reads "eat" out of ADVERSARIAL and answers; on a modal verb every call fails,
 # so only the caps end the run: that is the capped loop's way to its fallback.
 UNANSWERABLE = "What is the present perfect of would for you?"

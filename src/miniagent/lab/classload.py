@@ -125,6 +125,7 @@ def run_level(learners: int, base_url: str, *, eval_set: Path = DEFAULT_SET, que
     return {
         "learners": learners, "questions": len(runs), "questions_each": [len(s) for s in shares],
         "wall_s": round(wall, 1), "questions_per_min": round(len(runs) / wall * 60, 2) if wall else 0.0,
+        "answers_per_min": round(stops.get("answered", 0) / wall * 60, 2) if wall else 0.0,
         "turns": len(turns),
         "turn_p50_s": round(percentile(turns, 0.5), 2), "turn_p95_s": round(percentile(turns, 0.95), 2),
         "run_p50_s": round(percentile([r["seconds"] for r in runs], 0.5), 2),
@@ -204,7 +205,7 @@ TABLE = {
         "busy": "**The machine was busy**: other programs used {others} % of one core on average during the class "
                 "(1-minute load average before it: {before}, on {cpus} cores). They took CPU from the server, so "
                 "these figures are disturbed.",
-        "head": ["learners", "questions", "wall s", "questions/min", "turn p50 / p95 s", "run p50 / p95 s",
+        "head": ["learners", "questions", "wall s", "answers/min", "turn p50 / p95 s", "run p50 / p95 s",
                  "answered", "stopped by a guard", "strict accuracy"],
         "none": "none",
         "unsampled": "Other programs' CPU was not sampled during this class; the 1-minute load average before it was "
@@ -221,7 +222,7 @@ TABLE = {
         "busy": "**La máquina estaba ocupada**: otros programas usaron de media un {others} % de un núcleo durante "
                 "la clase (carga media de 1 minuto antes de empezar: {before}, con {cpus} núcleos). Le quitaron CPU "
                 "al servidor, así que estas cifras están alteradas.",
-        "head": ["alumnos", "preguntas", "s de reloj", "preguntas/min", "turno p50 / p95 s", "ejecución p50 / p95 s",
+        "head": ["alumnos", "preguntas", "s de reloj", "respuestas/min", "turno p50 / p95 s", "ejecución p50 / p95 s",
                  "respondidas", "paradas por una guarda", "acierto estricto"],
         "none": "ninguna",
         "unsampled": "No se midió la CPU de otros programas durante esta clase; la carga media de 1 minuto antes de "
@@ -269,8 +270,10 @@ def markdown(report: dict, lang: str = "en") -> str:
              "| " + " | ".join(t["head"]) + " |", "|" + "---|" * len(t["head"])]
     for r in report["levels"]:
         guards = ", ".join(f"`{k}` {v}" for k, v in sorted(r["stop_reasons"].items()) if k != "answered") or t["none"]
-        lines.append(f"| {r['learners']} | {r['questions']} | {r['wall_s']:.0f} | {r['questions_per_min']:.1f} | "
-                     f"{r['turn_p50_s']:.1f} / {r['turn_p95_s']:.1f} | {r['run_p50_s']:.1f} / {r['run_p95_s']:.1f} | "
+        answers_per_min = r["answered"] / r["wall_s"] * 60 if r["wall_s"] else 0.0  # a guard's stop is no answer
+        turns = f"{r['turn_p50_s']:.1f} / {r['turn_p95_s']:.1f}" if r.get("turns", 1) else "—"  # no turn finished
+        lines.append(f"| {r['learners']} | {r['questions']} | {r['wall_s']:.0f} | {answers_per_min:.1f} | "
+                     f"{turns} | {r['run_p50_s']:.1f} / {r['run_p95_s']:.1f} | "
                      f"{r['answered']} | {guards} | {r['correct']}/{r['questions']} |")
     return "\n".join(lines) + "\n"
 
