@@ -39,7 +39,7 @@ PLACEHOLDERS = {
     "ALIAS": "no-cap", "VARIANT": "no-cap", "BREAK": "no-cap", "ID": "no-cap", "$b": "no-cap",
     "QUESTION": "What is the past simple of go for she?", "PREGUNTA": "What is the past simple of go for she?",
     "TEXT": "What is the past simple of go for she?", "S": "5", "N": "2", "FILE": "labs/01-tutor-end-to-end/eval.jsonl",
-    "PATH": "model.gguf", "LANG": "es",
+    "PATH": "model.gguf", "LANG": "es", "URL": "http://127.0.0.1:8000/v1",
 }
 VARIANT_TASKS = {"break", "fix", "check", "predict", "exp", "hint", "watch", "reset"}
 
