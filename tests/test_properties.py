@@ -476,10 +476,11 @@ def test_the_trace_records_what_the_model_and_the_tools_really_did(world):
     for call in calls:  # each result or error names the tool it came from
         if call + 1 < len(events) and events[call + 1]["event"] in ("tool_result", "tool_error"):
             assert events[call + 1]["tool"] == events[call]["tool"]
-    groups = turns(events)  # turn numbers: 1, 2, ... for every piece of a turn; the final round is one more
+    groups = turns(events)  # turn numbers: 1, 2, ... for every piece of a turn; the final round is no turn
     assert [e["turn"] for n, group in enumerate(groups, 1) for e in group] == \
         [n for n, group in enumerate(groups, 1) for _ in group]
-    assert all(e["turn"] == r.outcome.stats.turns + 1 for i, e in enumerate(events) if is_final_piece(events, i))
+    assert all(e["turn"] is None and e["final"] for i, e in enumerate(events) if is_final_piece(events, i))
+    assert not any(e["final"] for group in groups for e in group)
     # the model sees the question first, then each turn's whole text (its pieces joined) as one action
     assert r.scratchpad[0].role == "question" and r.scratchpad[0].text == QUESTION
     done = [group for group in groups if group[-1]["finish_reason"] != "length"]

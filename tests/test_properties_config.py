@@ -14,7 +14,7 @@ from miniagent.agent.config import _BOOL_WORDS, ConfigError, TutorConfig, load_c
 INTS = [f.name for f in fields(TutorConfig) if f.type == "int"]
 MUST_BE_POSITIVE = ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_action_tokens", "max_run_tokens",
                     "max_format_errors")
-ZERO_OR_MORE = ("n_threads", "max_repeats", "max_auto_continues")
+ZERO_OR_MORE = ("n_threads", "max_repeats", "max_auto_continues", "openai_max_retries")
 spellings = st.builds(lambda word, upper, pad: (word.upper() if upper else word).center(len(word) + pad),
                       st.sampled_from(sorted(_BOOL_WORDS)), st.booleans(), st.integers(0, 2))
 
