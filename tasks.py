@@ -117,7 +117,7 @@ def test(c, k=None, quick=False):
     _run(c, f"{PY} -m pytest -q {' '.join(selection)}")
 
 
-@task(help={"json": "print the figures as JSON", "only": "one figure only: a, b (KV reuse), c, d or e"})
+@task(help={"json": "print the figures as JSON", "only": "one figure only: a, b (KV reuse), c, d, e or f (MCP server start-up)"})
 def bench(c, json=False, only=None):
     """Print the speed figures (turn latency vs decode, KV reuse, time to fallback, eval time)."""
     _run(c, f"{PY} -m miniagent.lab.bench {'--json' if json else ''} {_flags(only=only)}")

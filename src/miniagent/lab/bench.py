@@ -5,6 +5,7 @@
 (c) wall time from process start to the fallback of the capped loop (real model)
 (d) eval total time
 (e) killed runs in a row and the processes they left behind
+(f) the conjugation server's start-up: spawn to handshake done, and to its first answer
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -108,14 +110,30 @@ def killed_runs(count: int = 50) -> dict:
     return {"runs": count, "processes_left": left, "seconds": round(time.perf_counter() - started, 1)}
 
 
+def server_startup(runs: int = 5) -> dict:
+    """(f): a fresh MCP server each time: spawn -> handshake done -> the first conjugate answered (medians)."""
+    from ..tools.mcp_client import MCPClient
+
+    ready, answered = [], []
+    for _ in range(runs):
+        started = time.perf_counter()
+        with MCPClient(timeout=30) as client:
+            ready.append(time.perf_counter() - started)
+            # a prefixed irregular: its form comes from the lexicon, so this call needs the lexicon loaded
+            client.call("conjugate", {"verb": "overpay", "tense": "present perfect", "person": "she"}, timeout=30)
+            answered.append(time.perf_counter() - started)
+    return {"runs": runs, "ready_p50_s": round(statistics.median(ready), 2),
+            "first_answer_p50_s": round(statistics.median(answered), 2)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="miniagent.lab.bench")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--kills", type=int, default=50)
-    parser.add_argument("--only", choices=("a", "b", "c", "d", "e"), action="append", default=None,
+    parser.add_argument("--only", choices=("a", "b", "c", "d", "e", "f"), action="append", default=None,
                         help="only these figures (repeatable), e.g. --only b: KV reuse, a few seconds")
     args = parser.parse_args(argv)
-    only = set(args.only or "abcde")
+    only = set(args.only or "abcdef")
     from ..models.llama import LlamaBackend
     from ..agent.config import TutorConfig
 
@@ -135,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         figures["d_eval"] = eval_time()
     if "e" in only:
         figures["e_killed_runs"] = killed_runs(args.kills)
+    if "f" in only:
+        figures["f_server_startup"] = server_startup()
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
@@ -169,6 +189,10 @@ def print_figures(f: dict) -> None:
     if "e_killed_runs" in f:
         e = f["e_killed_runs"]
         console.print(f"(e) {e['runs']} killed runs in a row left {e['processes_left']} processes ({e['seconds']} s)")
+    if "f_server_startup" in f:
+        s = f["f_server_startup"]
+        console.print(f"(f) conjugation server, median of {s['runs']} starts: handshake done in {s['ready_p50_s']:.2f} s, "
+                      f"first answer at {s['first_answer_p50_s']:.2f} s", highlight=False)
 
 
 def _print_a(console, a: dict) -> None:
