@@ -669,6 +669,21 @@ def test_a_trace_file_reads_back_as_the_runs_events(world, tmp_path_factory):
     assert stamps == sorted(stamps) and 0 <= stamps[0] < 60
 
 
+def test_a_trace_to_dash_is_written_on_stdout(capsys, tmp_path, monkeypatch):
+    """A trace to "-" (`--trace -` on the command line) writes each event on stdout as one JSON line, and makes no
+    file of that name.
+
+    (es) Una traza a "-" (`--trace -` en la línea de órdenes) escribe cada evento en la salida estándar como una
+    línea JSON, y no crea ningún archivo con ese nombre.
+    """
+    monkeypatch.chdir(tmp_path)
+    trace = Trace.to_path("-")
+    trace.emit("run_start", question="¿qué?")
+    trace.close()
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == trace.events
+    assert not (tmp_path / "-").exists()
+
+
 
 @given(length=st.integers(0, 30), limit=st.integers(1, 25), blank=st.booleans())
 def test_a_question_too_long_or_empty_is_refused_before_any_model_call(length, limit, blank):
