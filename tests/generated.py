@@ -336,14 +336,15 @@ def _setting(default, values):
     return st.one_of(st.just(default), values)
 
 
+def build(**values) -> TutorConfig:
+    """The settings of a generated world: the given values, every other one at its default."""
+    config = TutorConfig(**values, llm="generated", cache_dir="")
+    _check(config)  # every generated setting is one the config layers would accept
+    return config
+
+
 def settings() -> st.SearchStrategy[TutorConfig]:
     d = TutorConfig()
-
-    def build(**values) -> TutorConfig:
-        config = TutorConfig(**values, llm="generated", cache_dir="")
-        _check(config)  # every generated setting is one the config layers would accept
-        return config
-
     return st.builds(
         build,
         max_turns=_setting(d.max_turns, st.integers(1, 8)),
@@ -503,8 +504,8 @@ def describe_world(world: World, lang: str = "en") -> str:
     return "\n".join(lines)
 
 
-__all__ = ["World", "Run", "Reply", "ToolOutcome", "worlds", "run_world", "Runaway", "HungForever", "FakeClock",
-           "describe_world"]
+__all__ = ["World", "Run", "Reply", "ToolOutcome", "build", "worlds", "run_world", "Runaway", "HungForever",
+           "FakeClock", "describe_world"]
 
 
 # --------------------------------------------------------------------------

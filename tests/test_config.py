@@ -53,6 +53,20 @@ def test_bad_settings_are_named(kwargs, message):
         load_config(**kwargs)
 
 
+@pytest.mark.parametrize("layer", ["file", "env", "cli"])
+@pytest.mark.parametrize("setting,word,kind", [("max_turns", "six", "int"), ("wall_clock_s", "soon", "float")])
+def test_a_number_given_as_a_word_is_refused_naming_the_setting_and_its_type(layer, setting, word, kind, tmp_path):
+    """A number setting given a word, in any layer, is refused with the setting's name as that layer spells it
+    and the type it expects (not "true or false", which only a boolean setting expects)."""
+    file = tmp_path / "miniagent.toml"
+    file.write_text(f'[miniagent]\n{setting} = "{word}"\n' if layer == "file" else "", encoding="utf-8")
+    env = {f"MINIAGENT_{setting.upper()}": word} if layer == "env" else {}
+    cli = {setting: word} if layer == "cli" else {}
+    named = f"MINIAGENT_{setting.upper()}" if layer == "env" else setting
+    with pytest.raises(ConfigError, match=f"^{named}: expected {kind}, got '{word}'$"):
+        load_config(cli=cli, env=env, path=file)
+
+
 def test_unknown_setting_in_file_is_named(tmp_path):
     file = tmp_path / "miniagent.toml"
     file.write_text("max_turn = 3\n")

@@ -369,6 +369,20 @@ def test_no_answer_right_after_a_tool_error():
     assert outcome.stop_reason != "answered", "an error is not a result to answer from"
 
 
+def test_the_model_is_told_each_turn_whether_it_may_answer():
+    """The backend is told whether the turn offers the answer (its grammar is built from it): not on the first
+    turn, yes right after a tool result, not right after a tool error. Told nothing, a backend would offer the
+    answer on every later turn, and the loop would refuse it: a wasted turn."""
+    model = RecordingModel("oracle")
+    grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config())
+    assert model.may_answer == [False, True]
+    model = RecordingModel("knowall")
+    outcome = grammar_tutor("What is the past simple of lovingly for she?", model=model, tools=FakeTools(),
+                            config=config(max_turns=3, final_answer_round=False))
+    assert model.may_answer == [False, False, False]
+    assert outcome.stats.tool_calls["conjugate"] == 3, "every turn called the tool: no answer refused"
+
+
 # --- the first turn can only call a tool (enforced by the schema the grammar is built from) ---------------
 def test_first_turn_schema_has_no_answer_branch():
     first = schema_for_turn(first_turn=True)
@@ -379,14 +393,16 @@ def test_first_turn_schema_has_no_answer_branch():
 
 # --- the final round after a limit -------------------------------------------------------------------------
 class RecordingModel:
-    """A scripted model that remembers the ``final`` flag of every call (and may ignore it)."""
+    """A scripted model that remembers the ``final`` and ``may_answer`` flags of every call (and may ignore
+    ``final``)."""
 
     def __init__(self, behaviour: str, ignore_final: bool = False):
-        self.inner, self.ignore_final, self.finals = scripted(behaviour), ignore_final, []
+        self.inner, self.ignore_final, self.finals, self.may_answer = scripted(behaviour), ignore_final, [], []
         self.name = self.inner.name
 
     def next_action(self, scratchpad, **kw):
         self.finals.append(kw.get("final", False))
+        self.may_answer.append(kw.get("may_answer"))
         if self.ignore_final:
             kw["final"] = False
         return self.inner.next_action(scratchpad, **kw)

@@ -16,10 +16,10 @@ import json
 import re
 
 from generated import (QUESTION, FakeClock, GeneratedModel, GeneratedTools, HungForever, Reply, Run, Runaway,
-                       ToolOutcome, call_key,
+                       ToolOutcome, World, build, call_key,
                        failing_tools, is_final_piece, run_world, steps, stuck_at, turns, worlds)
 import pytest
-from hypothesis import given, note
+from hypothesis import example, given, note
 from hypothesis import strategies as st
 
 from miniagent.agent.actions import NEXT_ACTION_SCHEMA, PERSON_CHOICES, Action, InvalidAction, parse_action, schema_for_turn
@@ -42,6 +42,30 @@ def _all_stop_reasons() -> set[str]:
 
 
 STOP_REASONS = _all_stop_reasons()
+
+# Worlds that the generated ones reach too rarely for the profile `invoke mutants` uses (30 examples per property):
+# each one is an @example of the properties that catch a mutant of the loop in it (tests/mutants-explained.md).
+GO, BE = Reply("call"), Reply("call", verb="be")  # conjugate(go, past simple, she), conjugate(be, past simple, she)
+OK, ERROR = ToolOutcome("ok"), ToolOutcome("error")
+# A plan of 3 steps raises max_tool_calls=1 to its ceiling, max_plan_tool_calls=2 (not ToolCallCap's default 6), and
+# two different tools use it up: the fallback names the plan's budget and says "conjugate x1, list_tenses x1".
+PLAN_BUDGET_USED = World((Reply("call", steps=3), Reply("list_tenses"), BE, Reply("call", person="I")), True, (OK,),
+                         build(max_tool_calls=1, max_plan_tool_calls=2))
+# A tool that takes the whole second of wall_clock_s=1: the wall clock's own check ends the run, not a model call
+# (and a loop that timed the run with a clock other than the one it is given would let the run go on).
+TOOL_TAKES_THE_WHOLE_WALL_CLOCK = World((GO,), True, (ToolOutcome("slow", 1.0),), build(wall_clock_s=1.0))
+# Two successful calls taking turns for 6 steps, with the stuck detector off (max_repeats=0): not stuck.
+TAKING_TURNS_WITH_THE_DETECTOR_OFF = World((GO, BE), True, (OK,), build(max_repeats=0))
+# max_repeats=1: the first step is already a step repeated max_repeats times.
+ONE_STEP_WITH_MAX_REPEATS_1 = World((GO,), True, (OK,), build(max_repeats=1))
+# Two different calls that fail with the same error, taking turns: four steps that are not one step repeated.
+TWO_FAILING_CALLS_TAKING_TURNS = World((GO, Reply("call", tense="present simple")), True, (ERROR,), build())
+# One call that hangs twice, cut to 2 s and then to the last 1 s of wall_clock_s=3: two different errors.
+ONE_CALL_TIMED_OUT_TWO_WAYS = World((GO,), True, (ToolOutcome("hang"),), build(wall_clock_s=3.0, max_repeats=2))
+# Two successes, then a failure: one failure in a row, which does not trip a breaker at 3.
+TWO_SUCCESSES_THEN_A_FAILURE = World((GO, BE, Reply("call", verb="would")), True, (OK, OK, ERROR), build())
+# A model without a grammar that answers right after every tool error.
+ANSWERS_RIGHT_AFTER_AN_ERROR = World((GO, Reply("answer")), False, (ERROR,), build())
 
 
 def one_failure(prop):
@@ -191,6 +215,8 @@ LIMIT_WORDS = {
 
 
 @given(worlds())
+@example(PLAN_BUDGET_USED)
+@example(TOOL_TAKES_THE_WHOLE_WALL_CLOCK)
 @one_failure
 def test_a_fallback_names_the_limit_that_was_hit_with_its_setting(world):
     """A run a guard ended says which limit it hit, with the value the run's settings gave it.
@@ -257,6 +283,7 @@ def test_a_reply_is_continued_at_most_max_auto_continues_times(world):
 
 # --- tool calls ------------------------------------------------------------------------------------------------
 @given(worlds(plans=True))
+@example(PLAN_BUDGET_USED)
 @one_failure
 def test_the_models_tool_calls_stay_within_the_cap_or_the_plan_budget(world):
     """The model's own tool calls stay within max_tool_calls (or its plan's budget); forced calls are not charged to it.
@@ -273,6 +300,7 @@ def test_the_models_tool_calls_stay_within_the_cap_or_the_plan_budget(world):
 
 
 @given(worlds(tools=failing_tools()))
+@example(TWO_SUCCESSES_THEN_A_FAILURE)
 @one_failure
 def test_forced_discovery_calls_are_counted_apart_and_follow_every_breaker_trip(world):
     """After max_consecutive_failures tool failures in a row the breaker forces one list_tenses call, counted apart.
@@ -338,6 +366,7 @@ def test_the_token_budget_is_checked_before_every_model_call(world):
 
 
 @given(worlds())
+@example(TOOL_TAKES_THE_WHOLE_WALL_CLOCK)
 @one_failure
 def test_a_run_never_outlives_its_wall_clock(world):
     """A run never outlives wall_clock_s, and every model and tool call gets a time limit.
@@ -353,6 +382,7 @@ def test_a_run_never_outlives_its_wall_clock(world):
 
 # --- answers -----------------------------------------------------------------------------------------------------
 @given(worlds())
+@example(ANSWERS_RIGHT_AFTER_AN_ERROR)
 @one_failure
 def test_an_answer_comes_from_a_successful_tool_result_of_the_run(world):
     """An answered run answers right after a successful tool result of that run.
@@ -403,6 +433,10 @@ def test_invalid_actions_in_a_row_end_the_run_at_max_format_errors(world):
 
 
 @given(worlds())
+@example(TAKING_TURNS_WITH_THE_DETECTOR_OFF)
+@example(ONE_STEP_WITH_MAX_REPEATS_1)
+@example(TWO_FAILING_CALLS_TAKING_TURNS)
+@example(ONE_CALL_TIMED_OUT_TWO_WAYS)
 @one_failure
 def test_a_run_that_repeats_itself_is_stopped_at_max_repeats(world):
     """A run that repeats a step max_repeats times in a row (or alternates two) is stopped right then, and only then.
@@ -544,6 +578,10 @@ BROKEN = [
 
 
 @given(action=actions, first_turn=st.booleans())
+@example(action=Action("tool", "conjugate", {"verb": "go", "tense": "past simple", "person": "she"}, plan_steps=1),
+         first_turn=True)  # the shortest plan and the longest one, the schema's edges
+@example(action=Action("tool", "conjugate", {"verb": "go", "tense": "past simple", "person": "she"}, plan_steps=5),
+         first_turn=True)
 def test_every_valid_action_is_read_back_as_it_was_written(action, first_turn):
     """Every action the schema allows is read back exactly as it was written (an answer cut to 240 characters).
 
@@ -629,6 +667,21 @@ def test_a_trace_file_reads_back_as_the_runs_events(world, tmp_path_factory):
     assert "«él»" in lines[0], "non-ASCII text is written as it is"
     stamps = [event["t"] for event in trace.events]
     assert stamps == sorted(stamps) and 0 <= stamps[0] < 60
+
+
+def test_a_trace_to_dash_is_written_on_stdout(capsys, tmp_path, monkeypatch):
+    """A trace to "-" (`--trace -` on the command line) writes each event on stdout as one JSON line, and makes no
+    file of that name.
+
+    (es) Una traza a "-" (`--trace -` en la línea de órdenes) escribe cada evento en la salida estándar como una
+    línea JSON, y no crea ningún archivo con ese nombre.
+    """
+    monkeypatch.chdir(tmp_path)
+    trace = Trace.to_path("-")
+    trace.emit("run_start", question="¿qué?")
+    trace.close()
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == trace.events
+    assert not (tmp_path / "-").exists()
 
 
 
