@@ -27,6 +27,10 @@ settings.register_profile("deep", max_examples=1000, database=None, deadline=Non
 # invoke mutants runs the tests once per mutant: fewer examples, still the same ones every time.
 settings.register_profile("mutants", derandomize=True, max_examples=30, database=None, deadline=None, phases=PHASES,
                           report_multiple_bugs=False, print_blob=False)
+# invoke counterexamples publishes the world hypothesis found and shrank itself, so the hand-written @example
+# worlds (there to reach rare corners every run) are left out; generation is the same as in "ci".
+settings.register_profile("counterexamples", derandomize=True, max_examples=100, database=None, deadline=None,
+                          phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False, print_blob=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

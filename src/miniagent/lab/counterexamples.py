@@ -84,7 +84,7 @@ def find(brk: Break, root: Path = ROOT) -> list[Counterexample]:
         shutil.copytree(root / "tests", sandbox / "tests", ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(root / "pyproject.toml", sandbox / "pyproject.toml")
         env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
-        env.update(PYTHONPATH=str(sandbox / "src"), HYPOTHESIS_PROFILE="ci")
+        env.update(PYTHONPATH=str(sandbox / "src"), HYPOTHESIS_PROFILE="counterexamples")  # shrunk, not hand-written
         result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short",
                                  "--timeout", "600", *tests], cwd=sandbox, capture_output=True, text=True, env=env)
         failures = parse(result.stdout)
