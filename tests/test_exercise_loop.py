@@ -123,16 +123,19 @@ def test_hints_come_one_at_a_time_and_are_remembered(learner, capsys):
     assert lab.hint("no-cap", learner) == 1
     out = capsys.readouterr().out
     assert "Hint 1 of 3" in out and brk.hints["en"][0][:30] in out and brk.hints["en"][1][:30] not in out
-    assert lab.hint("no-cap", learner, lang="es") == 2
+    assert lab.hint("no-cap", learner, lang="es") == 2  # the first --lang is the learner's choice, remembered
     out = capsys.readouterr().out
-    assert "Pista 2 de 3" in out and brk.hints["es"][1][:30] in out
-    assert lab.hint("no-cap", learner) == 3
-    assert "last hint" in capsys.readouterr().out
-    assert lab.hint("no-cap", learner) == 3  # no fourth: all three again
+    assert "Pista 2 de 3" in out and brk.hints["es"][1][:30] in out and "`invoke hint no-cap` para la pista 3" in out
+    assert lab.hint("no-cap", learner) == 3  # as that line says: no --lang, still Spanish
+    assert "Era la última pista" in capsys.readouterr().out
+    assert lab.hint("no-cap", learner, lang="en") == 3  # no fourth: all three again; a later --lang is one-off
     out = capsys.readouterr().out
     assert all(h[:30] in out for h in brk.hints["en"])
+    assert progress.load(ROOT, learner)["lang"] == "es"
+    assert lab.hint("dead-config", learner, lang="en") == 1
+    assert "Run `invoke hint dead-config --lang en` again for hint 2." in capsys.readouterr().out
     assert progress.load(ROOT, learner)["breaks"]["00-no-cap"]["hints"] == 3
-    assert lab.hint("dead-config", learner) == 1, "each break counts its own hints"
+    assert lab.hint("dead-config", learner) == 2, "each break counts its own hints"
 
 
 def test_progress_follows_the_learner_through_one_break(tree):

@@ -162,10 +162,15 @@ def resolve_learner(root: Path, learner: str | None, *, required: bool = True) -
 
 
 def learner_lang(root: Path, learner: str, given: str | None = None) -> str:
-    """``given`` if any, else the language the learner chose, else English."""
+    """``given`` if any, else the language the learner chose, else English.
+
+    The first ``--lang`` a learner gives any command is their choice, remembered (the notebook is
+    then written in it too); a later, different one only changes that one command."""
     if given:
         if given not in LANGS:
             raise ValueError(f"--lang must be one of {', '.join(LANGS)}, not {given!r}")
+        if not load(root, learner).get("lang"):
+            update(root, learner, lambda state: state.update(lang=given))
         return given
     return load(root, learner).get("lang") or "en"
 

@@ -144,7 +144,8 @@ def hint(variant: str, learner: str, lang: str | None = None) -> int:
         return n
     console.print(t["hint"].format(n=n, total=len(hints), id=brk.id), style="bold", highlight=False)
     console.print(f"  {hints[n - 1]}", markup=False, highlight=False)
-    console.print(t["more"].format(alias=brk.alias, next=n + 1) if n < len(hints) else t["last"],
+    again = brk.alias if lang == progress.learner_lang(ROOT, learner) else f"{brk.alias} --lang {lang}"
+    console.print(t["more"].format(alias=again, next=n + 1) if n < len(hints) else t["last"],
                   style="dim", markup=False, highlight=False)
     return n
 
