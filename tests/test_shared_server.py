@@ -87,9 +87,23 @@ def test_an_option_missing_from_the_top_gets_the_lowest_listed_value_and_is_coun
 def test_a_string_the_mask_allows_is_the_servers_greedy_text(runtime):
     masks = runtime.vocabulary_masks(None)
     quote = runtime.tokenize('"')[0]
-    runtime.server = StubServer({}, completions=[("swim", "stop")])
+    runtime.server = StubServer({'"verb": "swim': {'",': -0.05, '"': -3.0, "s": -4.0}}, completions=[("swim", "stop")])
     out = runtime.decode_masked(runtime.tokenize('A: {"verb": "', bos=True), masks["word"], quote, max_tokens=8)
-    assert out.text == 'swim"' and out.finished and runtime.server.asked == []
+    assert out.text == 'swim"' and out.finished
+    assert len(runtime.server.asked) == 1, "one look at where the server stopped: was it the quote alone?"
+
+
+def test_a_stop_inside_a_token_the_mask_refuses_does_not_end_the_string(runtime):
+    """The server stops at the quote of '",' (the model's likeliest token after "clim"); the local backend's
+    mask refuses '",' and takes the likeliest token it allows, "bed": the server path must write "climbed" too."""
+    masks = runtime.vocabulary_masks(None)
+    quote = runtime.tokenize('"')[0]
+    runtime.server = StubServer(
+        {'"verb": "clim': {'",': -0.2, "bed": -1.2, "b": -1.5, '"': -4.0},
+         '"verb": "climbed': {'",': -0.01, '"': -3.0, "s": -6.0}},
+        completions=[("clim", "stop"), ("", "stop")])
+    out = runtime.decode_masked(runtime.tokenize('A: {"verb": "', bos=True), masks["word"], quote, max_tokens=8)
+    assert out.text == 'climbed"' and out.finished
 
 
 def test_a_token_the_mask_refuses_is_replaced_by_the_likeliest_one_it_allows(runtime):

@@ -329,6 +329,12 @@ class ServerRuntime(KVRuntime):
         While the server's greedy tokens are ones the mask allows, its text is the local backend's. At a
         token the mask refuses, that one token is chosen from the server's top log-probabilities among
         those the mask allows (the local backend's argmax over the mask), and the server goes on from there.
+
+        Where the server stopped at a quote, the string is not taken as ended: the token that held the
+        quote is often '",' or '"}' (the model writes the rest of the JSON with it), which the local
+        backend's mask refuses, since only the quote alone ends a string there.  Taking the server's stop
+        as the end wrote "clim" where the local backend wrote "climbed" (heldout, "climb for she"), so
+        the end is decided like any refused token: the quote alone against the tokens the mask allows.
         """
         self.sync(prompt)
         out: list[int] = []
@@ -341,11 +347,9 @@ class ServerRuntime(KVRuntime):
             while good < len(got) and allowed[got[good]]:
                 good += 1
             out += got[:good]
-            if good == len(got) and got:
-                if finish == "length" or len(out) >= max_tokens:
-                    return Decoded(self.detokenize(out), out, False)
-                return Decoded(self.detokenize(out) + '"', out + [stop_token], True)
-            top = self._top(prompt + out)
+            if good == len(got) and got and (finish == "length" or len(out) >= max_tokens):
+                return Decoded(self.detokenize(out), out, False)
+            top = self._top(prompt + out)  # a refused token, or a stop whose token we cannot see
             choices = []
             for piece, value in top.items():
                 ids = self.tokenize(piece) if piece else []
