@@ -71,6 +71,8 @@ FINAL_ROUND_ASKS_FOR_A_TOOL = World((GO,), False, (OK,), build(max_turns=1))
 # The MCP server dies on the first call; the model server fails on the first reply: the failure's own words.
 SERVER_DIES = World((GO,), True, (ToolOutcome("server_failed"),), build())
 MODEL_FAILS = World((Reply("fail"),), True, (OK,), build())
+# A reply slower than all of wall_clock_s=1 (no model clock of its own): still replying when the run's clock runs out.
+MODEL_SLOWER_THAN_THE_WALL_CLOCK = World((Reply("call", seconds=2.0),), True, (OK,), build(wall_clock_s=1.0))
 # model_wall_clock_s (a shared model server's own clock).  A reply that takes all of model_wall_clock_s=1: the next
 # model call finds nothing left (and a guard that wrapped the model only above 1 s would not wrap it).
 MODEL_TIME_USED_UP_EXACTLY = World((Reply("call", seconds=1.0),), True, (OK,), build(model_wall_clock_s=1.0))
@@ -233,6 +235,7 @@ LIMIT_WORDS = {
 @given(worlds())
 @example(PLAN_BUDGET_USED)
 @example(TOOL_TAKES_THE_WHOLE_WALL_CLOCK)
+@example(MODEL_SLOWER_THAN_THE_WALL_CLOCK)
 @one_failure
 def test_a_fallback_names_the_limit_that_was_hit_with_its_setting(world):
     """A run a guard ended says which limit it hit, with the value the run's settings gave it.
