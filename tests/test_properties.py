@@ -388,11 +388,9 @@ def test_the_token_budget_is_checked_before_every_model_call(world):
 @example(TOOL_TAKES_THE_WHOLE_WALL_CLOCK)
 @one_failure
 def test_a_run_never_outlives_its_wall_clock(world):
-    """A run never outlives wall_clock_s (the model's time not counted when model_wall_clock_s gives it a clock of
-    its own), and every model and tool call gets a time limit.
+    """A run never outlives wall_clock_s (the model's time not counted when model_wall_clock_s gives it a clock of its own), and every model and tool call gets a time limit.
 
-    (es) Una ejecución nunca dura más que wall_clock_s (sin contar el tiempo del modelo cuando model_wall_clock_s le
-    da un reloj propio), y cada llamada al modelo o a una herramienta tiene un plazo.
+    (es) Una ejecución nunca dura más que wall_clock_s (sin contar el tiempo del modelo cuando model_wall_clock_s le da un reloj propio), y cada llamada al modelo o a una herramienta tiene un plazo.
     """
     r = run(world)
     assert r.counted_seconds <= r.config.wall_clock_s  # with model_wall_clock_s=0: all of the run's time
@@ -418,11 +416,9 @@ def named_clock(r: Run) -> str | None:
 @example(MODEL_STILL_REPLYING)
 @one_failure
 def test_each_model_call_is_given_what_is_left_of_model_wall_clock_s(world):
-    """With model_wall_clock_s, each model call is given what is left of it (never nothing), so the model's time in
-    all never passes model_wall_clock_s.
+    """With model_wall_clock_s, each model call is given what is left of it (never nothing), so the model's time in all never passes model_wall_clock_s.
 
-    (es) Con model_wall_clock_s, cada llamada al modelo recibe lo que queda de él (nunca nada), así que el tiempo
-    del modelo, en total, nunca pasa de model_wall_clock_s.
+    (es) Con model_wall_clock_s, cada llamada al modelo recibe lo que queda de él (nunca nada), así que el tiempo del modelo, en total, nunca pasa de model_wall_clock_s.
     """
     r = run(world)
     limit, spent = r.config.model_wall_clock_s, 0.0
@@ -437,11 +433,9 @@ def test_each_model_call_is_given_what_is_left_of_model_wall_clock_s(world):
 @example(WALL_CLOCK_WITHOUT_THE_MODEL)
 @one_failure
 def test_with_a_model_clock_the_tools_and_the_loop_keep_to_wall_clock_s_without_the_models_time(world):
-    """With model_wall_clock_s, wall_clock_s still bounds the tools and the loop, the model's time not counted: each
-    tool call is given its timeout, cut to what they have left of wall_clock_s.
+    """With model_wall_clock_s, wall_clock_s still bounds the tools and the loop, the model's time not counted: each tool call gets its timeout, cut to what is left of wall_clock_s.
 
-    (es) Con model_wall_clock_s, wall_clock_s sigue acotando las herramientas y el bucle, sin contar el tiempo del
-    modelo: cada llamada a una herramienta recibe su plazo, recortado a lo que les queda de wall_clock_s.
+    (es) Con model_wall_clock_s, wall_clock_s sigue acotando las herramientas y el bucle, sin contar el tiempo del modelo: cada llamada a una herramienta recibe su plazo, recortado a lo que queda de wall_clock_s.
     """
     r = run(world)
     c = r.config
@@ -458,11 +452,9 @@ def test_with_a_model_clock_the_tools_and_the_loop_keep_to_wall_clock_s_without_
 @example(WALL_CLOCK_WITHOUT_THE_MODEL)
 @one_failure
 def test_a_run_out_of_model_time_ends_as_wall_clock_naming_model_wall_clock_s(world):
-    """A run whose model runs out of model_wall_clock_s ends as wall_clock, and its answer names model_wall_clock_s;
-    a wall_clock fallback names the one clock that really ran out, with its value.
+    """A run whose model runs out of model_wall_clock_s ends as wall_clock naming model_wall_clock_s; a wall_clock fallback names the one clock that really ran out, with its value.
 
-    (es) Una ejecución cuyo modelo agota model_wall_clock_s termina como wall_clock, y su respuesta nombra
-    model_wall_clock_s; el texto de reserva de wall_clock nombra el único reloj que de verdad se agotó, con su valor.
+    (es) Una ejecución cuyo modelo agota model_wall_clock_s termina como wall_clock nombrando model_wall_clock_s; el texto de reserva de wall_clock nombra el único reloj que de verdad se agotó, con su valor.
     """
     r = run(world)
     c, last = r.config, r.model.calls[-1]

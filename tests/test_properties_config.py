@@ -112,8 +112,7 @@ def test_unknown_settings_and_missing_files_are_named(tmp_path):
 def test_zero_is_accepted_where_it_means_off_auto_or_none(name):
     """0 reaches the config for the settings where it means off, auto or none; -1 is refused naming the setting.
 
-    (es) 0 llega a la configuración en los ajustes donde significa apagado, automático o ninguno; -1 se rechaza
-    nombrando el ajuste.
+    (es) 0 llega a la configuración en los ajustes donde significa apagado, automático o ninguno; -1 se rechaza nombrando el ajuste.
     """
     assert getattr(load_config(cli={name: 0}, env={}), name) == 0
     with pytest.raises(ConfigError, match=f"^{name} must be 0 "):
