@@ -379,7 +379,7 @@ def settings() -> st.SearchStrategy[TutorConfig]:
         tool_timeout_s=_setting(d.tool_timeout_s, st.integers(1, 8 * 10).map(lambda n: n / 8)),
         max_auto_continues=_setting(d.max_auto_continues, st.integers(0, 3)),
         max_run_tokens=_setting(d.max_run_tokens, st.integers(1, 3000)),
-        # Last, so the draws before it are the ones they were; mostly 0 (the model's time counts in wall_clock_s).
+        # Mostly 0: the model's time counts in wall_clock_s; otherwise the model has a clock of its own.
         model_wall_clock_s=often(st.just(d.model_wall_clock_s), model_clocks()),
     )
 
