@@ -71,6 +71,15 @@ FINAL_ROUND_ASKS_FOR_A_TOOL = World((GO,), False, (OK,), build(max_turns=1))
 # The MCP server dies on the first call; the model server fails on the first reply: the failure's own words.
 SERVER_DIES = World((GO,), True, (ToolOutcome("server_failed"),), build())
 MODEL_FAILS = World((Reply("fail"),), True, (OK,), build())
+# A plan of 1 step that does not raise max_tool_calls=1: the second call hits max_tool_calls, not a plan's budget.
+PLAN_THAT_DOES_NOT_RAISE_THE_CAP = World((Reply("call", steps=1), BE), True, (OK,), build(max_tool_calls=1))
+# A call that failed, asked for again at max_tool_calls=1: an identical call, refused by the cap; the final answer is
+# backed by no successful call.
+FAILED_CALL_REPEATED_INTO_THE_CAP = World((GO,), True, (ERROR,), build(max_tool_calls=1))
+# Two failing calls, each followed by the breaker's discovery call (max_consecutive_failures=1), then the cap: four
+# tool calls, two of them forced and two failed, so the final answer is backed by none.
+FAILED_CALLS_AND_DISCOVERY_THEN_THE_CAP = World((GO, BE), True, (ERROR, OK),
+                                                build(max_consecutive_failures=1, max_tool_calls=2))
 # A reply slower than all of wall_clock_s=1 (no model clock of its own): still replying when the run's clock runs out.
 MODEL_SLOWER_THAN_THE_WALL_CLOCK = World((Reply("call", seconds=2.0),), True, (OK,), build(wall_clock_s=1.0))
 # model_wall_clock_s (a shared model server's own clock).  A reply that takes all of model_wall_clock_s=1: the next
@@ -179,6 +188,7 @@ def test_every_run_ends_with_a_known_stop_reason_and_no_exception(world):
 
 
 @given(worlds())
+@example(PLAN_THAT_DOES_NOT_RAISE_THE_CAP)
 @one_failure
 def test_the_stop_reason_names_the_guard_that_really_ended_the_run(world):
     """The stop reason names the guard that really ended the run, at the threshold its setting gives.
@@ -236,6 +246,8 @@ LIMIT_WORDS = {
 @example(PLAN_BUDGET_USED)
 @example(TOOL_TAKES_THE_WHOLE_WALL_CLOCK)
 @example(MODEL_SLOWER_THAN_THE_WALL_CLOCK)
+@example(FAILED_CALL_REPEATED_INTO_THE_CAP)
+@example(FAILED_CALLS_AND_DISCOVERY_THEN_THE_CAP)
 @one_failure
 def test_a_fallback_names_the_limit_that_was_hit_with_its_setting(world):
     """A run a guard ended says which limit it hit, with the value the run's settings gave it.
@@ -394,6 +406,7 @@ def test_a_run_never_outlives_its_wall_clock(world):
     """
     r = run(world)
     assert r.counted_seconds <= r.config.wall_clock_s  # with model_wall_clock_s=0: all of the run's time
+    assert r.outcome.stats.seconds == round(r.elapsed, 3)  # the whole run, the model's time included
     assert r.outcome.stats.seconds <= round(r.config.wall_clock_s + r.elapsed - r.counted_seconds, 3)
     assert all(call.timeout_s is not None for call in r.model.calls), "a model call without a time limit"
     assert all(call.timeout is not None and call.timeout <= r.config.tool_timeout_s for call in r.tools.calls)
@@ -545,6 +558,7 @@ def test_a_run_that_repeats_itself_is_stopped_at_max_repeats(world):
 
 # --- the record ------------------------------------------------------------------------------------------------
 @given(worlds())
+@example(FAILED_CALL_REPEATED_INTO_THE_CAP)
 @one_failure
 def test_the_stats_agree_with_the_trace_event_by_event(world):
     """The run's stats agree with its trace, event by event, and with what the model and the tools saw.
