@@ -16,7 +16,9 @@ Hypothesis draws each part:
   one stays at its default unless the example needs another value, so a shrunk counterexample names only
   the settings that matter;
 * **time** comes from a fake clock that only the model and the tools move, so a 20-second wall clock is
-  checked in microseconds.  Times are multiples of 1/64 s, which floats add up exactly.
+  checked in microseconds.  Times are multiples of 1/64 s, which floats add up exactly.  The clock also keeps
+  the model's share of it, for the settings where a shared model server has a clock of its own
+  (``model_wall_clock_s``): the model's time is then not counted in ``wall_clock_s``.
 
 Hypothesis shrinks a failing world to the shortest script and the plainest settings: that is the
 counterexample a break's page shows (``describe`` writes it in English and Spanish).
@@ -58,12 +60,15 @@ class FakeClock:
 
     def __init__(self) -> None:
         self.now = 0.0
+        self.model_seconds = 0.0  # the part of ``now`` the model took
 
     def __call__(self) -> float:
         return self.now
 
-    def advance(self, seconds: float) -> None:
+    def advance(self, seconds: float, *, model: bool = False) -> None:
         self.now += seconds
+        if model:
+            self.model_seconds += seconds
 
 
 # --------------------------------------------------------------------------
@@ -112,6 +117,7 @@ class ModelCall:
     outcome: str = ""  # stop | length | timeout | failed
     tokens: int = 0
     text: str = ""  # the piece of text it returned
+    seconds: float = 0.0  # how long it took on the fake clock (cut to timeout_s, like a real backend)
 
 
 class GeneratedModel:
@@ -135,11 +141,15 @@ class GeneratedModel:
         call = ModelCall(first_turn, may_answer, final, partial, timeout_s, scratchpad[-1], reply)
         self.calls.append(call)
         if reply.seconds:
+            # Like the llama and openai backends: a reply that would take longer than its timeout is given up
+            # when the timeout runs out (ModelTimeout), after that long.
             if timeout_s is not None and reply.seconds > timeout_s:
-                self.clock.advance(timeout_s)
+                call.seconds = timeout_s
+                self.clock.advance(timeout_s, model=True)
                 call.outcome = "timeout"
                 raise ModelTimeout(f"still replying after {timeout_s:g} s")
-            self.clock.advance(reply.seconds)
+            call.seconds = reply.seconds
+            self.clock.advance(reply.seconds, model=True)
         if reply.kind == "fail":
             call.outcome = "failed"
             raise ModelFailed("the model server answered 503")
@@ -147,7 +157,7 @@ class GeneratedModel:
         finish = "length" if self.pieces else "stop"
         call.outcome, call.tokens, call.text = finish, reply.prompt_tokens + reply.completion_tokens, piece
         scoring = reply.prompt_tokens % 7  # a backend that scores options evaluates tokens of its own
-        return ModelReply(piece, finish, reply.prompt_tokens, reply.completion_tokens, 0.0, scoring)
+        return ModelReply(piece, finish, reply.prompt_tokens, reply.completion_tokens, call.seconds, scoring)
 
     def _text(self, reply: Reply, scratchpad: list[Entry], may_answer: bool | None, final: bool) -> str:
         """The reply's whole text; a model that keeps to the schema bends it to the turn's branches."""
@@ -191,6 +201,8 @@ class ToolCall:
     args: dict
     timeout: float | None
     outcome: ToolOutcome
+    at: float = 0.0  # the fake clock when it was called
+    model_seconds: float = 0.0  # the model's share of ``at``
     result: str | None = None  # the text returned; None when it raised
     error: str = ""  # the message of what it raised
 
@@ -208,7 +220,7 @@ class GeneratedTools:
         # outcome of the cycle.
         key = tool + json.dumps(args, sort_keys=True)
         outcome = self.outcomes[self.keys.setdefault(key, len(self.keys)) % len(self.outcomes)]
-        call = ToolCall(tool, dict(args), timeout, outcome)
+        call = ToolCall(tool, dict(args), timeout, outcome, self.clock.now, self.clock.model_seconds)
         self.calls.append(call)
         what = args.get("verb", tool)
         if timeout is not None and timeout <= 0:  # like the MCP client: no time left, no call
@@ -258,10 +270,17 @@ class Run:
     tools: GeneratedTools
     scratchpad: list[Entry]
     elapsed: float
+    model_seconds: float = 0.0  # the part of ``elapsed`` the model took
 
     @property
     def config(self) -> TutorConfig:
         return self.world.config
+
+    @property
+    def counted_seconds(self) -> float:
+        """The run's time as its wall clock counts it: all of it, or all but the model's when the model has a
+        clock of its own (model_wall_clock_s > 0)."""
+        return self.elapsed - (self.model_seconds if self.config.model_wall_clock_s > 0 else 0.0)
 
 
 def run_world(world: World) -> Run:
@@ -272,7 +291,7 @@ def run_world(world: World) -> Run:
     trace = Trace.memory()
     tutor = GrammarTutor(model, tools, world.config, trace, clock=clock)
     outcome = tutor.run(QUESTION)
-    return Run(world, outcome, trace.events, model, tools, tutor.scratchpad, clock.now)
+    return Run(world, outcome, trace.events, model, tools, tutor.scratchpad, clock.now, clock.model_seconds)
 
 
 # --------------------------------------------------------------------------
@@ -360,7 +379,15 @@ def settings() -> st.SearchStrategy[TutorConfig]:
         tool_timeout_s=_setting(d.tool_timeout_s, st.integers(1, 8 * 10).map(lambda n: n / 8)),
         max_auto_continues=_setting(d.max_auto_continues, st.integers(0, 3)),
         max_run_tokens=_setting(d.max_run_tokens, st.integers(1, 3000)),
+        # Mostly 0: the model's time counts in wall_clock_s; otherwise the model has a clock of its own.
+        model_wall_clock_s=often(st.just(d.model_wall_clock_s), model_clocks()),
     )
+
+
+def model_clocks() -> st.SearchStrategy[float]:
+    """A shared model server's own budget, small next to the replies' seconds so that it runs out: up to 1 s
+    (where a guard written ``> 1`` would show) or up to 20 s."""
+    return st.one_of(ticks(1, 64), ticks(1, 64 * 20))
 
 
 def short_or_long(elements: st.SearchStrategy, longest: int) -> st.SearchStrategy[tuple]:
@@ -388,8 +415,19 @@ def with_a_budget(world: World, tokens: int) -> World:
     return World(world.script, world.keeps_to_schema, world.outcomes, replace(world.config, max_run_tokens=tokens))
 
 
+def with_a_model_clock(world: World, limit: float, seconds: float) -> World:
+    """The same world with ``model_wall_clock_s=limit``; its first reply takes ``seconds`` unless it is slow already."""
+    first = world.script[0]
+    if not first.seconds:
+        first = replace(first, seconds=seconds)
+    return World((first, *world.script[1:]), world.keeps_to_schema, world.outcomes,
+                 replace(world.config, model_wall_clock_s=limit))
+
+
 def worlds(tools: st.SearchStrategy[ToolOutcome] | None = None, plans: bool = False,
-           small_budgets: bool = False) -> st.SearchStrategy[World]:
+           small_budgets: bool = False, model_clock: bool = False) -> st.SearchStrategy[World]:
+    if model_clock:  # all of them have a model clock of their own, and most a slow model that may use it up
+        return st.builds(with_a_model_clock, worlds(tools), model_clocks(), often(ticks(1, 64 * 2), st.just(0.0)))
     if plans:  # half of them declare a plan on the first turn, which may raise the tool-call limit
         return st.one_of(worlds(tools), st.builds(with_a_plan, worlds(tools), st.integers(1, 5)))
     if small_budgets:  # half of them have a token budget a few replies spend

@@ -66,6 +66,31 @@ ONE_CALL_TIMED_OUT_TWO_WAYS = World((GO,), True, (ToolOutcome("hang"),), build(w
 TWO_SUCCESSES_THEN_A_FAILURE = World((GO, BE, Reply("call", verb="would")), True, (OK, OK, ERROR), build())
 # A model without a grammar that answers right after every tool error.
 ANSWERS_RIGHT_AFTER_AN_ERROR = World((GO, Reply("answer")), False, (ERROR,), build())
+# A model without a grammar that asks for a tool in the final round (after max_turns=1): no answer, none run.
+FINAL_ROUND_ASKS_FOR_A_TOOL = World((GO,), False, (OK,), build(max_turns=1))
+# The MCP server dies on the first call; the model server fails on the first reply: the failure's own words.
+SERVER_DIES = World((GO,), True, (ToolOutcome("server_failed"),), build())
+MODEL_FAILS = World((Reply("fail"),), True, (OK,), build())
+# A plan of 1 step that does not raise max_tool_calls=1: the second call hits max_tool_calls, not a plan's budget.
+PLAN_THAT_DOES_NOT_RAISE_THE_CAP = World((Reply("call", steps=1), BE), True, (OK,), build(max_tool_calls=1))
+# A call that failed, asked for again at max_tool_calls=1: an identical call, refused by the cap; the final answer is
+# backed by no successful call.
+FAILED_CALL_REPEATED_INTO_THE_CAP = World((GO,), True, (ERROR,), build(max_tool_calls=1))
+# Two failing calls, each followed by the breaker's discovery call (max_consecutive_failures=1), then the cap: four
+# tool calls, two of them forced and two failed, so the final answer is backed by none.
+FAILED_CALLS_AND_DISCOVERY_THEN_THE_CAP = World((GO, BE), True, (ERROR, OK),
+                                                build(max_consecutive_failures=1, max_tool_calls=2))
+# A reply slower than all of wall_clock_s=1 (no model clock of its own): still replying when the run's clock runs out.
+MODEL_SLOWER_THAN_THE_WALL_CLOCK = World((Reply("call", seconds=2.0),), True, (OK,), build(wall_clock_s=1.0))
+# model_wall_clock_s (a shared model server's own clock).  A reply that takes all of model_wall_clock_s=1: the next
+# model call finds nothing left (and a guard that wrapped the model only above 1 s would not wrap it).
+MODEL_TIME_USED_UP_EXACTLY = World((Reply("call", seconds=1.0),), True, (OK,), build(model_wall_clock_s=1.0))
+# Replies of 0.75 s in model_wall_clock_s=2: given 2, then 1.25, then 0.5 s, in which the third is still replying.
+MODEL_STILL_REPLYING = World((Reply("call", seconds=0.75),), True, (OK,), build(model_wall_clock_s=2.0))
+# Replies of 1 s (8 s of model time), tools of 0.25 s, wall_clock_s=1: only the tools' time counts in the wall
+# clock, so each tool call is given what the tools have left of it (1 s, then 0.75 s).
+WALL_CLOCK_WITHOUT_THE_MODEL = World((Reply("call", seconds=1.0), Reply("call", verb="be", seconds=1.0)), True,
+                                     (ToolOutcome("slow", 0.25),), build(wall_clock_s=1.0, model_wall_clock_s=8.0))
 
 
 def one_failure(prop):
@@ -163,6 +188,7 @@ def test_every_run_ends_with_a_known_stop_reason_and_no_exception(world):
 
 
 @given(worlds())
+@example(PLAN_THAT_DOES_NOT_RAISE_THE_CAP)
 @one_failure
 def test_the_stop_reason_names_the_guard_that_really_ended_the_run(world):
     """The stop reason names the guard that really ended the run, at the threshold its setting gives.
@@ -178,8 +204,9 @@ def test_the_stop_reason_names_the_guard_that_really_ended_the_run(world):
         assert model_tool_calls(r) == c.max_tool_calls == plan_limit(r)
     elif reason == "call_budget":
         assert model_tool_calls(r) == plan_limit(r) > c.max_tool_calls
-    elif reason == "wall_clock":
-        assert r.elapsed >= c.wall_clock_s
+    elif reason == "wall_clock":  # the run's clock ran out (the model's time not counted if it has its own), or that
+        assert r.counted_seconds >= c.wall_clock_s or (  # own clock, model_wall_clock_s, did
+            c.model_wall_clock_s > 0 and r.model_seconds == c.model_wall_clock_s)
     elif reason == "token_budget":
         assert stats.prompt_tokens + stats.completion_tokens >= c.max_run_tokens
     elif reason == "auto_continue_limit":
@@ -206,7 +233,8 @@ LIMIT_WORDS = {
     "max_turns": lambda c, r: f"max_turns={c.max_turns}",
     "max_tool_calls": lambda c, r: f"max_tool_calls={c.max_tool_calls}",
     "call_budget": lambda c, r: f"budget of {plan_limit(r)} tool calls",
-    "wall_clock": lambda c, r: f"wall_clock_s={c.wall_clock_s:g}",
+    "wall_clock": lambda c, r: f"wall_clock_s={c.wall_clock_s:g}" if r.counted_seconds >= c.wall_clock_s else
+    f"model_wall_clock_s={c.model_wall_clock_s:g}",  # the model's own clock ran out (model_wall_clock_s > 0)
     "token_budget": lambda c, r: f"max_run_tokens={c.max_run_tokens}",
     "format_errors": lambda c, r: f"max_format_errors={c.max_format_errors}",
     "auto_continue_limit": lambda c, r: f"after {c.max_auto_continues} continuations",
@@ -217,6 +245,9 @@ LIMIT_WORDS = {
 @given(worlds())
 @example(PLAN_BUDGET_USED)
 @example(TOOL_TAKES_THE_WHOLE_WALL_CLOCK)
+@example(MODEL_SLOWER_THAN_THE_WALL_CLOCK)
+@example(FAILED_CALL_REPEATED_INTO_THE_CAP)
+@example(FAILED_CALLS_AND_DISCOVERY_THEN_THE_CAP)
 @one_failure
 def test_a_fallback_names_the_limit_that_was_hit_with_its_setting(world):
     """A run a guard ended says which limit it hit, with the value the run's settings gave it.
@@ -369,15 +400,87 @@ def test_the_token_budget_is_checked_before_every_model_call(world):
 @example(TOOL_TAKES_THE_WHOLE_WALL_CLOCK)
 @one_failure
 def test_a_run_never_outlives_its_wall_clock(world):
-    """A run never outlives wall_clock_s, and every model and tool call gets a time limit.
+    """A run never outlives wall_clock_s (the model's time not counted when model_wall_clock_s gives it a clock of its own), and every model and tool call gets a time limit.
 
-    (es) Una ejecución nunca dura más que wall_clock_s, y cada llamada al modelo o a una herramienta tiene un plazo.
+    (es) Una ejecución nunca dura más que wall_clock_s (sin contar el tiempo del modelo cuando model_wall_clock_s le da un reloj propio), y cada llamada al modelo o a una herramienta tiene un plazo.
     """
     r = run(world)
-    assert r.elapsed <= r.config.wall_clock_s
-    assert r.outcome.stats.seconds <= r.config.wall_clock_s
+    assert r.counted_seconds <= r.config.wall_clock_s  # with model_wall_clock_s=0: all of the run's time
+    assert r.outcome.stats.seconds == round(r.elapsed, 3)  # the whole run, the model's time included
+    assert r.outcome.stats.seconds <= round(r.config.wall_clock_s + r.elapsed - r.counted_seconds, 3)
     assert all(call.timeout_s is not None for call in r.model.calls), "a model call without a time limit"
     assert all(call.timeout is not None and call.timeout <= r.config.tool_timeout_s for call in r.tools.calls)
+
+
+# --- a shared model server's own clock (model_wall_clock_s) ------------------------------------------------------
+def named_clock(r: Run) -> str | None:
+    """The clock a wall_clock fallback names: "wall_clock_s" or "model_wall_clock_s" (None: neither, or both)."""
+    c, answer = r.config, r.outcome.answer
+    run_clock = re.search(rf"(?<!model_)wall_clock_s={re.escape(f'{c.wall_clock_s:g}')}(?!\.?\d)", answer)
+    model_clock = c.model_wall_clock_s > 0 and re.search(
+        rf"model_wall_clock_s={re.escape(f'{c.model_wall_clock_s:g}')}(?!\.?\d)", answer)
+    if bool(run_clock) == bool(model_clock):
+        return None
+    return "wall_clock_s" if run_clock else "model_wall_clock_s"
+
+
+@given(worlds(model_clock=True))
+@example(MODEL_TIME_USED_UP_EXACTLY)
+@example(MODEL_STILL_REPLYING)
+@one_failure
+def test_each_model_call_is_given_what_is_left_of_model_wall_clock_s(world):
+    """With model_wall_clock_s, each model call is given what is left of it (never nothing), so the model's time in all never passes model_wall_clock_s.
+
+    (es) Con model_wall_clock_s, cada llamada al modelo recibe lo que queda de él (nunca nada), así que el tiempo del modelo, en total, nunca pasa de model_wall_clock_s.
+    """
+    r = run(world)
+    limit, spent = r.config.model_wall_clock_s, 0.0
+    for n, call in enumerate(r.model.calls, 1):
+        assert call.timeout_s == limit - spent > 0, \
+            f"model call {n} was given {call.timeout_s} s with {limit - spent} s of model_wall_clock_s={limit:g} left"
+        spent += call.seconds
+    assert r.model_seconds == spent <= limit
+
+
+@given(worlds(model_clock=True))
+@example(WALL_CLOCK_WITHOUT_THE_MODEL)
+@one_failure
+def test_with_a_model_clock_the_tools_and_the_loop_keep_to_wall_clock_s_without_the_models_time(world):
+    """With model_wall_clock_s, wall_clock_s still bounds the tools and the loop, the model's time not counted: each tool call gets its timeout, cut to what is left of wall_clock_s.
+
+    (es) Con model_wall_clock_s, wall_clock_s sigue acotando las herramientas y el bucle, sin contar el tiempo del modelo: cada llamada a una herramienta recibe su plazo, recortado a lo que queda de wall_clock_s.
+    """
+    r = run(world)
+    c = r.config
+    assert r.counted_seconds <= c.wall_clock_s
+    for call in r.tools.calls:
+        left = c.wall_clock_s - (call.at - call.model_seconds)
+        assert call.timeout == min(c.tool_timeout_s, max(0.0, left)), \
+            f"{call.tool} was given {call.timeout} s with {left} s of wall_clock_s={c.wall_clock_s:g} left"
+
+
+@given(worlds(model_clock=True))
+@example(MODEL_TIME_USED_UP_EXACTLY)
+@example(MODEL_STILL_REPLYING)
+@example(WALL_CLOCK_WITHOUT_THE_MODEL)
+@one_failure
+def test_a_run_out_of_model_time_ends_as_wall_clock_naming_model_wall_clock_s(world):
+    """A run whose model runs out of model_wall_clock_s ends as wall_clock naming model_wall_clock_s; a wall_clock fallback names the one clock that really ran out, with its value.
+
+    (es) Una ejecución cuyo modelo agota model_wall_clock_s termina como wall_clock nombrando model_wall_clock_s; el texto de reserva de wall_clock nombra el único reloj que de verdad se agotó, con su valor.
+    """
+    r = run(world)
+    c, last = r.config, r.model.calls[-1]
+    if last.outcome == "timeout" and not last.final:  # still replying when model_wall_clock_s ran out
+        assert r.outcome.stop_reason == "wall_clock" and named_clock(r) == "model_wall_clock_s"
+    if r.outcome.stop_reason != "wall_clock":
+        return
+    clock = named_clock(r)
+    assert clock is not None, "a wall_clock fallback names wall_clock_s or model_wall_clock_s, with its value"
+    if clock == "model_wall_clock_s":
+        assert r.model_seconds == c.model_wall_clock_s and r.counted_seconds < c.wall_clock_s
+    else:
+        assert r.counted_seconds >= c.wall_clock_s
 
 
 # --- answers -----------------------------------------------------------------------------------------------------
@@ -455,6 +558,7 @@ def test_a_run_that_repeats_itself_is_stopped_at_max_repeats(world):
 
 # --- the record ------------------------------------------------------------------------------------------------
 @given(worlds())
+@example(FAILED_CALL_REPEATED_INTO_THE_CAP)
 @one_failure
 def test_the_stats_agree_with_the_trace_event_by_event(world):
     """The run's stats agree with its trace, event by event, and with what the model and the tools saw.
@@ -484,6 +588,10 @@ def test_the_stats_agree_with_the_trace_event_by_event(world):
 
 
 @given(worlds())
+@example(FINAL_ROUND_ASKS_FOR_A_TOOL)
+@example(SERVER_DIES)
+@example(MODEL_FAILS)
+@example(MODEL_STILL_REPLYING)
 @one_failure
 def test_the_trace_records_what_the_model_and_the_tools_really_did(world):
     """The trace records what the model and the tools really did, in order, and the outcome it ends with.
@@ -497,6 +605,7 @@ def test_the_trace_records_what_the_model_and_the_tools_really_did(world):
     assert [(e["text"], e["finish_reason"]) for e in actions] == [(c.text, c.outcome) for c in replies]
     assert [e["prompt_tokens"] + e["completion_tokens"] for e in actions] == [c.tokens for c in replies]
     assert [bool(e["final"]) for e in actions] == [c.final for c in replies]
+    assert [e["latency_s"] for e in actions] == [round(c.seconds, 4) for c in replies]
     calls = [i for i, e in enumerate(events) if e["event"] == "tool_call"]
     assert [(events[i]["tool"], events[i]["args"]) for i in calls] == [(c.tool, c.args) for c in r.tools.calls]
     for i, call in zip(calls, r.tools.calls):

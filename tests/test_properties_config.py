@@ -101,6 +101,19 @@ def test_unknown_settings_and_missing_files_are_named(tmp_path):
     with pytest.raises(ConfigError, match="config file not found: .*nowhere.toml"):
         load_config(path=tmp_path / "nowhere.toml", env={})
     for name, message in (("n_threads", "0 \\(auto\\) or more"), ("max_repeats", "0 \\(off\\) or more"),
-                          ("max_auto_continues", "0 or more")):
+                          ("max_auto_continues", "0 or more"), ("openai_max_retries", "0 or more"),
+                          ("model_wall_clock_s", "0 \\(model calls count in wall_clock_s\\) or more")):
         with pytest.raises(ConfigError, match=f"{name} must be {message}"):
             load_config(cli={name: -1}, env={})
+
+
+@pytest.mark.parametrize("name", ["n_threads", "max_repeats", "max_auto_continues", "openai_max_retries",
+                                  "model_wall_clock_s"])
+def test_zero_is_accepted_where_it_means_off_auto_or_none(name):
+    """0 reaches the config for the settings where it means off, auto or none; -1 is refused naming the setting.
+
+    (es) 0 llega a la configuración en los ajustes donde significa apagado, automático o ninguno; -1 se rechaza nombrando el ajuste.
+    """
+    assert getattr(load_config(cli={name: 0}, env={}), name) == 0
+    with pytest.raises(ConfigError, match=f"^{name} must be 0 "):
+        load_config(cli={name: -1}, env={})
