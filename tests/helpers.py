@@ -18,7 +18,7 @@ class FakeTools:
     """Answers like the MCP server, in-process, with optional slowness or failure."""
 
     def __init__(self, *, delay: float = 0.0, hang: bool = False, fail_with: Exception | None = None):
-        preload()  # as the real server does as it starts: no call pays for loading the verb lexicon
+        preload()  # as the real server does before serving: no call pays for loading the verb lexicon
         self.delay, self.hang, self.fail_with = delay, hang, fail_with
         self.calls: list[tuple[str, dict, float | None]] = []
 

@@ -165,9 +165,8 @@ def _library() -> ModuleType:
     """lemminflect with its inflection table loaded (once, even from two threads).
 
     Imported here, not at the top: ``import miniagent.tools.conjugation`` stays
-    cheap for code that only needs TENSES or normalize_tense.  The server starts
-    loading the table as it starts (see :func:`preload`), alongside the SDK's
-    import and the handshake; a call that comes sooner waits on the lock.
+    cheap for code that only needs TENSES or normalize_tense.  The server loads
+    the table before it serves (see :func:`preload`), so no tool call waits for it.
     """
     with _LOAD_LOCK:
         import lemminflect

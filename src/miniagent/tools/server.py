@@ -314,19 +314,18 @@ def parse_faults(argv: list[str] | None = None, env: dict[str, str] | None = Non
 
 
 def main(argv: list[str] | None = None) -> None:
-    # The verb lexicon takes a few hundred ms to load, and so does importing the
-    # SDK: load the lexicon on a thread of its own while the SDK imports and the
-    # handshake runs, so start-up pays for the longer of the two, not both.  A
-    # tool call that comes earlier waits for the load (conjugation's lock).
-    from .conjugation import preload
-
-    threading.Thread(target=preload, name="lexicon-preload", daemon=True).start()
     delay, hang_on = parse_faults(argv)
     if delay > 0:
         print(f"fault: delay {delay:g} s per call", file=sys.stderr, flush=True)
     if hang_on:
         print(f"fault: hang on verb {hang_on!r} (the server wedges on that call)", file=sys.stderr, flush=True)
     server = build_server(delay=delay, hang_on=hang_on)
+    # The verb lexicon takes a few hundred ms to load: load it before serving,
+    # so the handshake pays for it once and no tool call (with its own short
+    # timeout) ever does.
+    from .conjugation import preload
+
+    preload()
     try:
         import anyio
 
