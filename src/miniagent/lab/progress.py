@@ -166,13 +166,14 @@ def learner_lang(root: Path, learner: str, given: str | None = None) -> str:
 
     The first ``--lang`` a learner gives any command is their choice, remembered (the notebook is
     then written in it too); a later, different one only changes that one command."""
+    stored = load(root, learner).get("lang")
     if given:
         if given not in LANGS:
             raise ValueError(f"--lang must be one of {', '.join(LANGS)}, not {given!r}")
-        if not load(root, learner).get("lang"):
+        if not stored:
             update(root, learner, lambda state: state.update(lang=given))
         return given
-    return load(root, learner).get("lang") or "en"
+    return stored or "en"
 
 
 # --------------------------------------------------------------------------

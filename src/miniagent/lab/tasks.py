@@ -76,18 +76,13 @@ def _state_readable(learner: str | None) -> None:
 
 
 def notebook_lang(learner: str, given: str | None = None) -> str:
-    """The notebook's language: chosen once (the first --lang given), English until then."""
-    if given is not None and given not in progress.LANGS:
-        raise ValueError(f"--lang must be one of {', '.join(progress.LANGS)}, not {given!r}")
+    """The notebook's language: the learner's, chosen once (the first --lang given), English until then."""
     stored = progress.load(ROOT, learner).get("lang")
-    if stored:
-        if given and given != stored:
-            console.print(f"Your notebook is in {stored!r}; it stays so (the lab does not rewrite it). "
-                          f"To change, edit learners/{learner}/progress.json.", markup=False, highlight=False)
-        return stored
-    if given:
-        progress.update(ROOT, learner, lambda state: state.update(lang=given))
-    return given or "en"
+    lang = progress.learner_lang(ROOT, learner, given)  # refuses a bad --lang; remembers a first one
+    if stored and lang != stored:
+        console.print(f"Your notebook is in {stored!r}; it stays so (the lab does not rewrite it). "
+                      f"To change, edit learners/{learner}/progress.json.", markup=False, highlight=False)
+    return stored or lang
 
 
 def _mark(learner: str | None, brk: Break, **values) -> None:
