@@ -254,6 +254,10 @@ def _module_parser(module: str):
         from miniagent.lab.harness import build_parser
 
         return build_parser()
+    if module == "miniagent.models.llama_server":
+        from miniagent.models.llama_server import build_parser
+
+        return build_parser()
     return None
 
 

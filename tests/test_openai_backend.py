@@ -98,7 +98,7 @@ def test_the_server_is_reaped():
     before = {p.pid for p in psutil.Process().children()}  # the module's server may be running too
     with llama_cpp_server() as url:
         (server,) = [p for p in psutil.Process().children()
-                     if p.pid not in before and "llama_cpp.server" in " ".join(p.cmdline())]
+                     if p.pid not in before and "miniagent.models.llama_server" in " ".join(p.cmdline())]
         assert url.startswith("http://127.0.0.1:")
     assert not psutil.pid_exists(server.pid), "stopped and waited for: no process, not even a zombie"
 

@@ -67,6 +67,9 @@ class TutorConfig:
     # llama.cpp threads; 0 = auto: the CPUs this process may use minus those other work keeps busy
     # right now (models.resolve_threads).  More threads than free cores makes llama.cpp crawl.
     n_threads: int = 0
+    # llama.cpp's extra buffer types, the AMX path among them: auto = off where the CPU reports AMX (llama.cpp's
+    # AMX kernel crashes with this model, ggml-org/llama.cpp#20824), on elsewhere; on | off force it.
+    llama_amx: str = "auto"
     openai_base_url: str = "http://127.0.0.1:8000/v1"  # llama-cpp-python's and vLLM's default port
     openai_model: str = "local"
     # greedy decoding only: auto (json_schema, else json_object when the server refuses it) | json_schema (OpenAI,
@@ -165,6 +168,8 @@ def _check(config: TutorConfig) -> None:
     for name in ("wall_clock_s", "tool_timeout_s"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive")
+    if config.llama_amx not in ("auto", "on", "off"):
+        raise ConfigError(f"llama_amx must be auto, on or off, not {config.llama_amx!r}")
     if config.n_threads < 0:
         raise ConfigError("n_threads must be 0 (auto) or more")
     if config.max_repeats < 0:

@@ -1,6 +1,7 @@
 """A shared model server, started as a teacher starts it: llama-cpp-python's, with its defaults.
 
-``llama_cpp_server()`` starts ``python -m llama_cpp.server --model PATH`` on loopback, waits until
+``llama_cpp_server()`` starts ``python -m miniagent.models.llama_server --model PATH`` (llama-cpp-python's
+server, with llama.cpp's AMX path left out where the CPU reports AMX) on loopback, waits until
 the server *answers a completion* (an open port is not enough: the model loads after the socket
 opens, and the first request on a cold server evaluates the whole prompt), yields its base URL,
 and always stops and reaps the process, whatever happened inside the block.
@@ -72,11 +73,14 @@ def stop(process: subprocess.Popen, grace_s: float = 10.0) -> None:
 def llama_cpp_server(model_path: str | None = None, *, host: str = "127.0.0.1", port: int | None = None,
                      extra_args: tuple[str, ...] = (), log: IO | Path | None = None,
                      ready_timeout_s: float = 300.0) -> Iterator[str]:
-    """llama-cpp-python's server on ``host:port`` with its defaults (plus ``extra_args``); yields the base URL."""
+    """llama-cpp-python's server on ``host:port`` with its defaults (plus ``extra_args``); yields the base URL.
+
+    Its AMX path follows the setting ``llama_amx`` (config file, MINIAGENT_LLAMA_AMX, or ``--llama-amx`` in
+    ``extra_args``)."""
     from ..models.llama_runtime import default_model_path
 
     port = port or free_port()
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", model_path or default_model_path(),
+    command = [sys.executable, "-m", "miniagent.models.llama_server", "--model", model_path or default_model_path(),
                "--host", host, "--port", str(port), *extra_args]
     out = open(log, "w", encoding="utf-8") if isinstance(log, Path) else log  # noqa: SIM115 - closed below
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out or subprocess.DEVNULL,

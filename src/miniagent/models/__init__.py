@@ -21,11 +21,15 @@ def make_backend(config) -> Backend:
     kind, _, detail = config.llm.partition(":")
     if kind == "llama":
         from .llama import LlamaBackend
+        from .llama_params import choose_amx
 
-        n_threads = resolve_threads(config.n_threads)
-        return LlamaBackend(model_path=config.model or None, n_ctx=config.n_ctx,
-                            n_threads=n_threads, max_action_tokens=config.max_action_tokens,
-                            decode=config.decode, cache_dir=config.cache_dir or None)
+        n_threads, why = choose_threads(config.n_threads)
+        backend = LlamaBackend(model_path=config.model or None, n_ctx=config.n_ctx,
+                               n_threads=n_threads, max_action_tokens=config.max_action_tokens,
+                               decode=config.decode, cache_dir=config.cache_dir or None,
+                               amx=choose_amx(config.llama_amx))
+        log.info("%s", backend.rt.startup_line(why))  # one line: threads, the AMX path, where the weights went
+        return backend
     if kind == "openai":
         from .openai_compat import OpenAIBackend
 
@@ -117,13 +121,17 @@ def busy_elsewhere(window: float = 0.25) -> float | None:
 
 def resolve_threads(requested: int) -> int:
     """``requested`` if positive; for 0 (auto), the usable CPUs that other programs leave free now, at least 1."""
+    return choose_threads(requested)[0]
+
+
+def choose_threads(requested: int) -> tuple[int, str]:
+    """(threads, why) for :func:`resolve_threads`; ``why`` is empty for a count given as such."""
     if requested > 0:
-        return requested
+        return requested, ""
     cpus = usable_cpus()
     others = busy_elsewhere() if cpus > 1 else 0.0
     # A core counts as free when other programs use less than half of one.
     free = cpus if others is None else int(cpus - others + 0.5)
     n_threads = max(1, min(cpus, free))
     shown = "unknown" if others is None else f"{others:.1f}"
-    log.info("llama.cpp threads: %d (usable CPUs %d, busy with other programs %s)", n_threads, cpus, shown)
-    return n_threads
+    return n_threads, f"auto: usable CPUs {cpus}, busy with other programs {shown}"

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..agent.actions import schema_for_turn
 from ..agent.ports import Entry, ModelReply
+from .llama_params import AmxChoice
 from .llama_runtime import KVRuntime
 from .prompt import CONTENT_FREE_QUESTION, HEADER, NEXT_ACTION, render
 
@@ -48,10 +49,10 @@ CONTEXT_MARGIN = 160  # room for the action being decoded and the options being 
 class LlamaBackend:
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2,
                  max_action_tokens: int = 48, decode: str = "scored",
-                 cache_dir: str | os.PathLike | None = None) -> None:
+                 cache_dir: str | os.PathLike | None = None, amx: AmxChoice | None = None) -> None:
         if decode not in ("scored", "greedy"):
             raise ValueError("decode must be 'scored' or 'greedy'")
-        self.rt = self._runtime(model_path, n_ctx=n_ctx, n_threads=n_threads)
+        self.rt = self._runtime(model_path, n_ctx=n_ctx, n_threads=n_threads, amx=amx)
         self.name = f"llama:{decode}"
         self.decode = decode
         self.max_action_tokens = max_action_tokens
@@ -63,9 +64,9 @@ class LlamaBackend:
         self._priors_file = self._priors_path(cache)
         self._calibration: dict[str, np.ndarray] = self._load_priors()
 
-    def _runtime(self, model_path: str | None, *, n_ctx: int, n_threads: int) -> KVRuntime:
+    def _runtime(self, model_path: str | None, *, n_ctx: int, n_threads: int, amx: AmxChoice | None) -> KVRuntime:
         """What evaluates the model: llama.cpp in this process (the openai backend puts a server here)."""
-        return KVRuntime(model_path, n_ctx=n_ctx, n_threads=n_threads)
+        return KVRuntime(model_path, n_ctx=n_ctx, n_threads=n_threads, amx=amx)
 
     # --- prompt ------------------------------------------------------------------
     def _prompt_text(self, scratchpad: list[Entry]) -> str:

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..agent.errors import ContextFull, ModelTimeout
+from .llama_params import AmxChoice, LlamaLog, choose_amx, context_params, model_params, weight_buffers
 
 MAX_SEQUENCES = 16  # option scoring uses sequences 1..15; 0 is the conversation
 
@@ -45,9 +46,9 @@ class Decoded:
 
 
 class KVRuntime:
-    def __init__(self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2) -> None:
+    def __init__(self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2,
+                 amx: AmxChoice | None = None) -> None:
         import llama_cpp
-        from llama_cpp import Llama
         from llama_cpp import _internals as internals
 
         self._lib = llama_cpp
@@ -55,16 +56,18 @@ class KVRuntime:
         path = model_path or default_model_path()
         if not os.path.isfile(path):
             raise FileNotFoundError(f"model file not found: {path}")
-        # A tiny throwaway context from Llama; we make our own with several sequences.
-        self.llm = Llama(model_path=path, n_ctx=32, n_threads=n_threads, n_threads_batch=n_threads,
-                         verbose=False)
-        params = self.llm.context_params
-        params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, 512, 512
-        params.n_seq_max, params.kv_unified = MAX_SEQUENCES, True
-        self.ctx = internals.LlamaContext(model=self.llm._model, params=params, verbose=False)
+        self.amx = amx or choose_amx()
+        # The model is loaded here, not through llama_cpp.Llama: Llama offers no switch for llama.cpp's
+        # extra buffer types (the AMX path), and its own context would be thrown away (ours has 16 sequences).
+        with LLAMA_LOG.capture() as load_log:
+            self.model = internals.LlamaModel(path_model=path, params=model_params(self.amx), verbose=False)
+        self.weight_buffers = weight_buffers(load_log)  # {llama.cpp buffer type: MiB}, as llama.cpp reported them
+        params = context_params(n_ctx=n_ctx, n_batch=512, n_seq_max=MAX_SEQUENCES, n_threads=n_threads)
+        self.ctx = internals.LlamaContext(model=self.model, params=params, verbose=False)
         self.memory = self.ctx.memory
         self.n_ctx = n_ctx
-        self.n_vocab = self.llm.n_vocab()
+        self.n_threads = n_threads
+        self.n_vocab = self.model.n_vocab()
         self.n_batch = 512
         self.batch = internals.LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=1, verbose=False)
         self.tokens: list[int] = []  # what the KV cache of sequence 0 holds
@@ -75,16 +78,22 @@ class KVRuntime:
         # one 512-token prefill chunk or one batch of options: each well under the 0.5 s grace).
         self.deadline: float | None = None
 
+    def startup_line(self, threads_why: str = "") -> str:
+        """What llama.cpp was given and did, in one line (make_backend logs it once)."""
+        threads = f"{self.n_threads} ({threads_why})" if threads_why else str(self.n_threads)
+        weights = ", ".join(f"{name} {mib:.0f} MiB" for name, mib in self.weight_buffers.items()) or "unknown"
+        return f"llama.cpp threads: {threads}, {self.amx.describe()}, weights in {weights}"
+
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise ModelTimeout("the model ran out of time between two decodes")
 
     # --- tokens --------------------------------------------------------------
     def tokenize(self, text: str, *, bos: bool = False) -> list[int]:
-        return self.llm.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
+        return self.model.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
 
     def detokenize(self, tokens: list[int]) -> str:
-        return self.llm.detokenize(tokens).decode("utf-8", errors="replace")
+        return self.model.detokenize(tokens, special=False).decode("utf-8", errors="replace")
 
     # --- the KV cache ----------------------------------------------------------
     def rollback(self, length: int) -> None:
@@ -215,8 +224,7 @@ class KVRuntime:
             if path.is_file():
                 with np.load(path) as data:
                     return {name: data[name] for name in data.files}
-        model = self.llm._model
-        pieces = [model.token_to_piece(i).rstrip(b"\0").decode("utf-8", errors="replace")
+        pieces = [self.model.token_to_piece(i).rstrip(b"\0").decode("utf-8", errors="replace")
                   for i in range(self.n_vocab)]
         masks = {
             "word": np.array([p.isascii() and p.isalpha() and p.islower() for p in pieces]),
@@ -237,7 +245,7 @@ class KVRuntime:
 
         grammar = LlamaGrammar.from_string(gbnf, verbose=False)
         sampler = self._internals.LlamaSampler()
-        sampler.add_grammar(self.llm._model, grammar)
+        sampler.add_grammar(self.model, grammar)
         sampler.add_greedy()
         for token in accept:  # continuing: the grammar must first walk the text already emitted
             sampler.accept(token)
@@ -247,7 +255,7 @@ class KVRuntime:
         try:
             for _ in range(max_tokens):
                 token = sampler.sample(self.ctx, -1)
-                if self._lib.llama_vocab_is_eog(self.llm._model.vocab, token):
+                if self._lib.llama_vocab_is_eog(self.model.vocab, token):
                     return Decoded(text, out, True)
                 out.append(token)
                 text = self.detokenize(out)
@@ -298,23 +306,12 @@ class KVRuntime:
         return True
 
     def close(self) -> None:
-        for closer in (self.batch.close, self.ctx.close, self.llm.close):
+        for closer in (self.batch.close, self.ctx.close, self.model.close):
             try:
                 closer()
             except Exception:  # closing twice or at interpreter exit: nothing left to free
                 pass
 
 
-# Silence llama.cpp's C-level logging (it writes to stderr on every context).
-def _quiet_llama_logs() -> None:
-    import llama_cpp
-
-    @llama_cpp.llama_log_callback
-    def _ignore(level, text, user_data):  # noqa: ARG001 - signature fixed by the C API
-        return None
-
-    llama_cpp.llama_log_set(_ignore, ctypes.c_void_p(0))
-    _quiet_llama_logs.callback = _ignore  # keep a reference: C holds only the pointer
-
-
-_quiet_llama_logs()
+# llama.cpp's C log is silent but for the load's buffer lines (it writes to stderr on every context otherwise).
+LLAMA_LOG = LlamaLog()

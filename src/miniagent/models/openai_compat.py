@@ -55,6 +55,7 @@ from ..agent.actions import schema_for_turn
 from ..agent.errors import ModelFailed, ModelTimeout
 from ..agent.ports import Entry, ModelReply
 from .llama import LlamaBackend
+from .llama_params import vocab_only_params
 from .llama_runtime import Decoded, KVRuntime, default_model_path
 from .prompt import HEADER, render
 
@@ -207,17 +208,17 @@ class ServerRuntime(KVRuntime):
 
     def __init__(self, server: ModelServer, model_path: str | None = None, *, n_ctx: int = 2048,
                  warm_up: bool = False) -> None:
-        import llama_cpp
+        from llama_cpp import _internals as internals
 
         path = model_path or default_model_path()
         if not os.path.isfile(path):
             raise FileNotFoundError(f"model file not found: {path}")
-        self.llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+        self.model = internals.LlamaModel(path_model=path, params=vocab_only_params(), verbose=False)
         self.server = server
         self.model_path = path
         self.n_ctx = n_ctx
-        self.n_vocab = self.llm.n_vocab()
-        self.bos = self.llm.token_bos()
+        self.n_vocab = self.model.n_vocab()
+        self.bos = self.model.token_bos()
         self.tokens: list[int] = []
         self.evaluated = 0
         self.deadline: float | None = None
@@ -232,7 +233,7 @@ class ServerRuntime(KVRuntime):
 
     def piece(self, token: int) -> str:
         if token not in self._pieces:
-            self._pieces[token] = self.llm.detokenize([token]).decode("utf-8", errors="ignore")
+            self._pieces[token] = self.model.detokenize([token]).decode("utf-8", errors="ignore")
         return self._pieces[token]
 
     def sync(self, prompt: list[int]) -> None:
@@ -371,7 +372,7 @@ class ServerRuntime(KVRuntime):
     def close(self) -> None:
         self.server.close()
         try:
-            self.llm.close()
+            self.model.close()
         except Exception:  # closing twice or at interpreter exit
             pass
 
@@ -396,7 +397,7 @@ class OpenAIBackend(LlamaBackend):
             self.decode = "greedy"
         self.name = f"openai:{self.decode}"
 
-    def _runtime(self, model_path: str | None, *, n_ctx: int, n_threads: int) -> ServerRuntime:
+    def _runtime(self, model_path: str | None, *, n_ctx: int, n_threads: int, amx=None) -> ServerRuntime:
         return ServerRuntime(self.server, model_path, n_ctx=n_ctx, warm_up=self._warm_up)
 
     def _priors_path(self, cache: Path | None) -> Path | None:

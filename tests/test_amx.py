@@ -1,0 +1,161 @@
+"""llama.cpp's AMX path: left out where the CPU reports AMX (its kernel crashes with this model), kept elsewhere.
+
+The machines these tests run on may or may not have AMX; a stand-in /proc/cpuinfo decides what the
+lab *believes*, and llama.cpp's own load log says what it *did* (which buffer types hold the weights).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from miniagent import models
+from miniagent.agent.config import ConfigError, load_config
+from miniagent.models import llama_params
+from miniagent.models.llama_params import AmxChoice, choose_amx, cpu_reports_amx, weight_buffers
+
+ROOT = Path(__file__).resolve().parents[1]
+# The flags line of a Sapphire Rapids Xeon (shortened) and of a CPU without AMX.
+AMX_FLAGS = "fpu vme sse sse2 avx avx2 avx512f avx512_vnni amx_bf16 avx512_fp16 amx_tile amx_int8"
+PLAIN_FLAGS = "fpu vme sse sse2 avx avx2 avx512f avx512_vnni"
+EXTRA_BUFFERS = {"CPU_REPACK", "AMX"}  # llama.cpp's extra buffer types on x86
+
+
+def cpuinfo(tmp_path: Path, flags: str) -> Path:
+    path = tmp_path / "cpuinfo"
+    block = f"processor\t: {{n}}\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n"
+    path.write_text(block.format(n=0) + block.format(n=1))
+    return path
+
+
+def this_cpu_repacks() -> bool:
+    """llama.cpp repacks this model's Q4_K weights on x86 CPUs with AVX2 (all the lab's x86 machines)."""
+    return "avx2" in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else False
+
+
+def test_amx_is_read_from_the_cpu_flags(tmp_path):
+    assert cpu_reports_amx(cpuinfo(tmp_path, AMX_FLAGS)) is True
+    assert cpu_reports_amx(cpuinfo(tmp_path, PLAIN_FLAGS)) is False
+    assert cpu_reports_amx(tmp_path / "missing") is None  # not Linux: nothing to read
+
+
+@pytest.mark.parametrize("setting,flags,enabled", [
+    ("auto", AMX_FLAGS, False),   # the crash: left out
+    ("auto", PLAIN_FLAGS, True),  # nothing to leave out: repacking stays
+    ("on", AMX_FLAGS, True),      # forced
+    ("off", PLAIN_FLAGS, False),  # forced
+])
+def test_the_choice_follows_the_setting_and_the_cpu(tmp_path, setting, flags, enabled):
+    choice = choose_amx(setting, cpuinfo(tmp_path, flags))
+    assert choice.enabled is enabled
+    assert choice.describe().startswith(f"AMX path: {'on' if enabled else 'off'} (")
+    if setting == "auto" and not enabled:
+        assert "ggml-org/llama.cpp#20824" in choice.describe()  # the reason names the upstream report
+
+
+def test_a_bad_setting_is_refused_by_every_layer(tmp_path):
+    with pytest.raises(ValueError, match="llama_amx"):
+        choose_amx("sometimes")
+    with pytest.raises(ConfigError, match="llama_amx"):
+        load_config(env={"MINIAGENT_LLAMA_AMX": "sometimes"})
+
+
+def test_the_setting_reaches_the_backend_from_every_layer(tmp_path, monkeypatch):
+    seen = []
+
+    class Backend:
+        def __init__(self, **kwargs):
+            seen.append(kwargs["amx"])
+            self.rt = self
+
+        def startup_line(self, why=""):
+            return ""
+
+    monkeypatch.setattr("miniagent.models.llama.LlamaBackend", Backend)
+    monkeypatch.setattr(llama_params, "CPUINFO", cpuinfo(tmp_path, AMX_FLAGS))
+    file = tmp_path / "miniagent.toml"
+    file.write_text('llama_amx = "on"\n')
+    layers = [({}, {}, None, False),                                  # default: auto, and this "CPU" has AMX
+              ({}, {}, file, True),                                   # file
+              ({}, {"MINIAGENT_LLAMA_AMX": "off"}, file, False),      # env over file
+              ({"llama_amx": "on"}, {"MINIAGENT_LLAMA_AMX": "off"}, file, True)]  # flag over env
+    for cli, env, path, enabled in layers:
+        models.make_backend(load_config(cli=cli, env=env, path=path))
+        assert seen[-1].enabled is enabled, (cli, env, path)
+
+
+@pytest.mark.real_model
+def test_the_model_loads_without_the_amx_path_where_the_cpu_reports_amx(tmp_path, monkeypatch):
+    """auto on an AMX machine: llama.cpp is given no extra buffer type, and its load log shows none used."""
+    from miniagent.models.llama_runtime import KVRuntime
+
+    stand_in = cpuinfo(tmp_path, AMX_FLAGS)
+    rt = KVRuntime(amx=choose_amx("auto", stand_in))
+    try:
+        assert rt.amx == AmxChoice(False, rt.amx.reason) and "this CPU reports AMX" in rt.amx.reason
+        assert rt.weight_buffers and not set(rt.weight_buffers) & EXTRA_BUFFERS, rt.weight_buffers
+        assert rt.tokenize("she went") and rt.sync(rt.tokenize("She went home", bos=True)).shape == (rt.n_vocab,)
+    finally:
+        rt.close()
+
+
+@pytest.mark.real_model
+def test_forced_on_the_model_keeps_llamas_extra_buffers(tmp_path):
+    """on: the extra buffer types are offered; on an x86 CPU with AVX2 llama.cpp takes one (repacking, or AMX).
+
+    Only the load: on an AMX machine a decode with the AMX path on is the crash this setting exists for."""
+    from miniagent.models.llama_runtime import KVRuntime
+
+    rt = KVRuntime(amx=choose_amx("on", cpuinfo(tmp_path, AMX_FLAGS)))
+    try:
+        assert rt.amx.enabled and rt.amx.reason == "forced by llama_amx = on"
+        if this_cpu_repacks():
+            assert set(rt.weight_buffers) & EXTRA_BUFFERS, rt.weight_buffers
+    finally:
+        rt.close()
+
+
+def test_the_weight_buffers_come_from_llamas_load_log():
+    log = ["load_tensors:   CPU_Mapped model buffer size =   235.16 MiB\n", "unrelated\n",
+           "load_tensors:   CPU_REPACK model buffer size =    12.66 MiB\n"]
+    assert weight_buffers(log) == {"CPU_Mapped": 235.16, "CPU_REPACK": 12.66}
+
+
+@pytest.mark.real_model
+def test_ask_prints_the_startup_line_with_the_choice_and_the_buffers():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
+    proc = subprocess.run([sys.executable, "-m", "miniagent", "ask", "What is the past simple of go for she?",
+                           "--llama-amx", "off", "--cache-dir", ""], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("[miniagent] llama.cpp threads: ")]
+    assert "AMX path: off (forced by llama_amx = off)" in line and "weights in CPU_Mapped" in line, line
+    assert not any(name in line.split("weights in ")[1] for name in EXTRA_BUFFERS), line
+    assert proc.stdout.strip() == "she went"
+
+
+@pytest.mark.real_model
+def test_the_class_server_takes_the_same_choice(tmp_path):
+    """The lab's model server is llama-cpp-python's, loaded with the lab's AMX choice."""
+    pytest.importorskip("llama_cpp.server")
+    from miniagent.lab.model_server import llama_cpp_server
+
+    log = tmp_path / "server.log"
+    with llama_cpp_server(log=log, extra_args=("--llama-amx", "off")):
+        pass
+    text = log.read_text()
+    assert "[miniagent] model server: AMX path: off (forced by llama_amx = off)" in text
+    assert "model buffer size" in text and not any(f"{name} model buffer" in text for name in EXTRA_BUFFERS), text
+
+
+def test_every_ci_log_names_its_cpu_and_whether_it_has_amx():
+    ci = (ROOT / ".ci" / "run").read_text()
+    named = ci.index('echo "CI machine: ')
+    assert "amx_tile" in ci[:named] and named < ci.index("pip install")  # said before anything can crash
+    line = subprocess.run(["bash", "-c", ci[ci.index("cpu=$("):ci.index("\n", named)]], capture_output=True,
+                          text=True, check=True).stdout
+    assert line.startswith("CI machine: ") and "AMX: " in line and " cores, " in line
