@@ -6,8 +6,11 @@ runs here is exactly what the tests exercise.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from invoke import task
@@ -16,15 +19,50 @@ ROOT = Path(__file__).resolve().parent
 PY = shlex.quote(sys.executable)
 
 
-def _run(c, command: str, *, pty: bool = False) -> int:
-    """Run a command from the repo root; exit with its status, without invoke's traceback."""
+def _run(c, command: str, *, pty: bool = False, trace: Path | None = None) -> int:
+    """Run a command from the repo root; exit with its status, without invoke's traceback.
+
+    A death by signal (a crash in llama.cpp, say) is named in one clear report, in the learner's language,
+    and exits 128 + the signal's number, as a shell does; ``trace`` (the agent's trace file) tells how far
+    its loop got."""
     with c.cd(str(ROOT)):
         result = c.run(command, warn=True, pty=pty)
     if result is None:
         return 0
+    if result.exited is not None and result.exited < 0:
+        _report_crash(result, trace)
+        sys.exit(128 - result.exited)
     if result.exited:
         sys.exit(result.exited)
     return 0
+
+
+def _report_crash(result, trace: Path | None) -> None:
+    from miniagent.lab import crash
+    from miniagent.lab.harness import Progress, TraceFollower
+    from miniagent.lab.tasks import report_lang
+
+    progress = Progress()
+    if trace is not None:
+        for event in TraceFollower(trace).finish():
+            progress.add(event, 0.0)
+    started = None if trace is None else progress.first_event_at is not None
+    lines = crash.describe(crash.signal_name(result.exited), loop_started=started, turns=progress.turns,
+                           stderr_lines=(result.stderr or "").splitlines(), lang=report_lang())
+    print("\n".join(f"miniagent: {line}" if i == 0 else line for i, line in enumerate(lines)), file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _agent_trace(trace: str | None):
+    """(the trace file to read after the run, the --trace value to pass): the learner's, else a scratch file."""
+    if trace:
+        yield (None if trace == "-" else ROOT / trace), trace
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="miniagent-trace-"))
+    try:
+        yield scratch / "trace.jsonl", str(scratch / "trace.jsonl")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _flags(**values) -> str:
@@ -52,6 +90,7 @@ MODEL_HELP = {
     "openai_response_format": "greedy only: auto (default) | json_schema | json_object",
     "openai_max_retries": "retries when the model server is unreachable or busy (default 2)",
     "model_wall_clock_s": "seconds the run may wait for the model apart from wall_clock_s (0 = counted in it)",
+    "llama_amx": "llama.cpp's AMX path: auto (default: off where the CPU reports AMX) | on | off",
 }
 
 
@@ -74,16 +113,18 @@ def _model_flags(**values) -> str:
 def ask(c, question, max_turns=None, max_tool_calls=None, wall_clock_s=None, tool_timeout_s=None,
         llm=None, model=None, decode=None, max_action_tokens=None, n_ctx=None, n_threads=None, cache_dir=None,
         openai_base_url=None, openai_model=None, openai_response_format=None, openai_max_retries=None,
-        model_wall_clock_s=None, trace=None, json=False):
+        model_wall_clock_s=None, llama_amx=None, trace=None, json=False):
     """Ask the grammar tutor one question (real local model + real MCP server)."""
     flags = _flags(max_turns=max_turns, max_tool_calls=max_tool_calls, wall_clock_s=wall_clock_s,
-                   tool_timeout_s=tool_timeout_s, trace=trace, json=json)
+                   tool_timeout_s=tool_timeout_s, json=json)
     flags += " " + _model_flags(
         llm=llm, model=model, decode=decode, max_action_tokens=max_action_tokens, n_ctx=n_ctx, n_threads=n_threads,
         cache_dir=cache_dir, openai_base_url=openai_base_url, openai_model=openai_model,
         openai_response_format=openai_response_format, openai_max_retries=openai_max_retries,
-        model_wall_clock_s=model_wall_clock_s)
-    _run(c, f"{PY} -m miniagent ask {shlex.quote(question)} {flags}")
+        model_wall_clock_s=model_wall_clock_s, llama_amx=llama_amx)
+    with _agent_trace(trace) as (trace_file, trace_flag):
+        _run(c, f"{PY} -m miniagent ask {shlex.quote(question)} {flags} {_flags(trace=trace_flag)}",
+             trace=trace_file)
 
 
 @task(name="eval", help={
@@ -95,15 +136,16 @@ def ask(c, question, max_turns=None, max_tool_calls=None, wall_clock_s=None, too
 })
 def eval_(c, set=None, limit=None, wall_clock_s=None, llm=None, model=None, decode=None, max_action_tokens=None,  # noqa: A002
           n_ctx=None, n_threads=None, cache_dir=None, openai_base_url=None, openai_model=None,
-          openai_response_format=None, openai_max_retries=None, model_wall_clock_s=None, json=False):
+          openai_response_format=None, openai_max_retries=None, model_wall_clock_s=None, llama_amx=None, json=False):
     """Score the tutor on an eval set: per-item table, accuracy, stop reasons, latency p50/p95."""
     flags = _flags(set=set, limit=limit, wall_clock_s=wall_clock_s, json=json)
     flags += " " + _model_flags(
         llm=llm, model=model, decode=decode, max_action_tokens=max_action_tokens, n_ctx=n_ctx, n_threads=n_threads,
         cache_dir=cache_dir, openai_base_url=openai_base_url, openai_model=openai_model,
         openai_response_format=openai_response_format, openai_max_retries=openai_max_retries,
-        model_wall_clock_s=model_wall_clock_s)
-    _run(c, f"{PY} -m miniagent eval {flags}")
+        model_wall_clock_s=model_wall_clock_s, llama_amx=llama_amx)
+    with _agent_trace(None) as (trace_file, trace_flag):
+        _run(c, f"{PY} -m miniagent eval {flags} {_flags(trace=trace_flag)}", trace=trace_file)
 
 
 @task(help={"k": "only tests matching this expression", "quick": "skip the real-model tests"})
@@ -117,10 +159,19 @@ def test(c, k=None, quick=False):
     _run(c, f"{PY} -m pytest -q {' '.join(selection)}")
 
 
-@task(help={"json": "print the figures as JSON", "only": "one figure only: a, b (KV reuse), c, d, e or f (MCP server start-up)"})
-def bench(c, json=False, only=None):
-    """Print the speed figures (turn latency vs decode, KV reuse, time to fallback, eval time)."""
-    _run(c, f"{PY} -m miniagent.lab.bench {'--json' if json else ''} {_flags(only=only)}")
+@task(help={"json": "print the figures as JSON",
+            "only": "one figure only: a, b (KV reuse), c (start -> answer/fallback), d, e or f (MCP server start-up)",
+            "amx": "(c): llama.cpp's AMX path, comma-separated settings to compare, e.g. on,off (default auto)",
+            "load": "(c): idle or busy (one core kept busy by another program); default both",
+            "runs": "(c): processes per figure, the median is shown (default 5)",
+            "save": "(c): also write docs_results/bench-NAME.json and its tables for the docs"})
+def bench(c, json=False, only=None, amx=None, load=None, runs=None, save=None):
+    """Print the speed figures (turn latency vs decode, KV reuse, start -> answer/fallback, eval time...)."""
+    loads = {"idle": "idle", "busy": "'one core busy'"}
+    flags = [_flags(json=json, only=only, runs=runs, save=save)]
+    flags += [f"--amx {shlex.quote(a.strip())}" for a in (amx or "").split(",") if a.strip()]
+    flags += [f"--load {loads.get(x.strip(), shlex.quote(x.strip()))}" for x in (load or "").split(",") if x.strip()]
+    _run(c, f"{PY} -m miniagent.lab.bench {' '.join(flags)}")
 
 
 @task
@@ -278,7 +329,8 @@ def predict(c, variant, learner=None, lang=None):
 })
 def exp(c, variant, input=None, timeout=None, llm=None, model=None, decode=None, max_action_tokens=None,  # noqa: A002
         n_ctx=None, n_threads=None, cache_dir=None, openai_base_url=None, openai_model=None,
-        openai_response_format=None, openai_max_retries=None, model_wall_clock_s=None, learner=None, json=False):
+        openai_response_format=None, openai_max_retries=None, model_wall_clock_s=None, llama_amx=None, learner=None,
+        json=False):
     """Run a variant from a sandbox copy under the harness: live panel, kill at timeout, report."""
     from miniagent.lab.breaks import BreakError
     from miniagent.lab.notebook import PredictionError
@@ -287,7 +339,7 @@ def exp(c, variant, input=None, timeout=None, llm=None, model=None, decode=None,
         model=model, decode=decode, max_action_tokens=max_action_tokens, n_ctx=n_ctx, n_threads=n_threads,
         cache_dir=cache_dir, openai_base_url=openai_base_url, openai_model=openai_model,
         openai_response_format=openai_response_format, openai_max_retries=openai_max_retries,
-        model_wall_clock_s=model_wall_clock_s))
+        model_wall_clock_s=model_wall_clock_s, llama_amx=llama_amx))
     try:
         record = _lab().exp(variant, question=input, timeout=float(timeout) if timeout else None, llm=llm,
                             learner=learner, as_json=json, model_flags=model_flags)
@@ -295,13 +347,17 @@ def exp(c, variant, input=None, timeout=None, llm=None, model=None, decode=None,
         _refuse(err)
     if record is None:
         sys.exit(1)
+    if record.signal:  # the report named the crash; the exit status says it too
+        sys.exit(1)
 
 
 @task(help={"learner": "score your predictions", "json": "print all records as JSON",
             "llm": "run every break with this model instead of its own"})
 def tour(c, learner=None, json=False, llm=None):
     """The failure-mode tour: run every break, then a summary table (predicted vs observed)."""
-    _lab().tour(learner, as_json=json, llm=llm)
+    results = _lab().tour(learner, as_json=json, llm=llm)
+    if any((r["record"] or {}).get("signal") for r in results):
+        sys.exit(1)  # a run crashed: the table says which
 
 
 @task(name="check-breaks", help={"real": "use each break's own model instead of the fast CI model",

@@ -8,11 +8,16 @@ trace: each ``stop`` event's elapsed seconds against the ``wall_clock_s`` of its
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 from hypothesis import Phase, settings
 
 from miniagent.agent.trace import Trace
+from miniagent.lab import progress
+
+ROOT = Path(__file__).resolve().parents[1]
 
 WALL_CLOCK_GRACE_S = 0.5
 
@@ -56,3 +61,18 @@ def every_run_keeps_its_wall_clock(monkeypatch):
     monkeypatch.setattr(Trace, "emit", emit)
     yield
     assert not overruns, "; ".join(overruns)
+
+
+@pytest.fixture
+def learner():
+    """A throwaway learner in this checkout (the lab's tasks work on the checkout); removed afterwards,
+    and the remembered learner put back as it was."""
+    name = f"pytest-loop-{os.getpid()}"
+    remembered = ROOT / progress.CURRENT_LEARNER
+    before = remembered.read_bytes() if remembered.exists() else None
+    yield name
+    shutil.rmtree(ROOT / "learners" / name, ignore_errors=True)
+    if before is None:
+        remembered.unlink(missing_ok=True)
+    else:
+        remembered.write_bytes(before)

@@ -63,3 +63,55 @@ def start_foreign_spinner() -> psutil.Process:
          "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)"],
         capture_output=True, text=True, check=True, timeout=30)
     return psutil.Process(int(launcher.stdout))
+
+
+CRASH_HOOK = """
+import ctypes, importlib.abc, importlib.util, os, sys
+
+TARGETS = {"model": ("miniagent.models.llama_runtime", "KVRuntime", "feed"),
+           "turn2": ("miniagent.models.scripted", "ScriptedBackend", "next_action")}
+module_name, class_name, method = TARGETS.get(os.environ.get("MINIAGENT_TEST_CRASH", ""), (None, None, None))
+
+
+class CrashAfterImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != module_name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            cls = getattr(module, class_name)
+            original = getattr(cls, method)
+            calls = []
+
+            def crashing(self, *args, **kwargs):
+                calls.append(1)
+                if method == "feed" or len(calls) >= 2:
+                    ctypes.string_at(0)  # a real SIGSEGV: reads address 0
+                return original(self, *args, **kwargs)
+
+            setattr(cls, method, crashing)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, CrashAfterImport())
+"""
+
+
+def crash_env(tmp_path, where: str) -> dict:
+    """Environment for an agent process that dies of a real SIGSEGV: in the llama backend's first decode
+    (``model``, before the loop starts) or in the scripted model's second turn (``turn2``)."""
+    import os
+
+    hook = tmp_path / "crash-hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(CRASH_HOOK)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")]))
+    env["MINIAGENT_TEST_CRASH"] = where
+    return env

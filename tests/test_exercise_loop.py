@@ -38,21 +38,6 @@ def tree(tmp_path):
     return tree
 
 
-@pytest.fixture
-def learner():
-    """A throwaway learner in this checkout (the lab's tasks work on the checkout); removed afterwards,
-    and the remembered learner put back as it was."""
-    name = f"pytest-loop-{os.getpid()}"
-    remembered = ROOT / progress.CURRENT_LEARNER
-    before = remembered.read_bytes() if remembered.exists() else None
-    yield name
-    shutil.rmtree(ROOT / "learners" / name, ignore_errors=True)
-    if before is None:
-        remembered.unlink(missing_ok=True)
-    else:
-        remembered.write_bytes(before)
-
-
 # --------------------------------------------------------------------------
 # The state file
 # --------------------------------------------------------------------------

@@ -7,6 +7,7 @@ left out means "use the lower layers" (config file, env vars, defaults).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import sys
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"miniagent: bad setting: {err}", file=sys.stderr)
         return 2
+    # A crash in C (llama.cpp) kills the process with no Python traceback: faulthandler writes the Python
+    # frames it died in to stderr first, and the harness and `invoke` quote them in the crash report.
+    faulthandler.enable()
     try:
         if args.command == "ask":
             return _ask(args, config)

@@ -2,7 +2,9 @@
 
 (a) turn latency / pure decode time of the same number of tokens
 (b) prompt tokens evaluated per turn against scratchpad length (flat = KV reuse works)
-(c) wall time from process start to the fallback of the capped loop (real model)
+(c) whole processes, real model and real MCP server: start -> answer (2 turns) and start -> fallback (the
+    capped path), median of several runs, on an idle machine and with one core kept busy; ``--amx on --amx
+    off`` measures each setting of llama.cpp's AMX path
 (d) eval total time
 (e) killed runs in a row and the processes they left behind
 (f) the conjugation server's start-up: spawn to handshake done, and to its first answer
@@ -11,19 +13,28 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[3]
 ADVERSARIAL = "Could you conjugate eat tenderly in the sleepy tense?"  # a verb among words that are not grammar
-# The real model reads "eat" out of ADVERSARIAL and answers; on a modal verb every call fails,
-# so only the caps end the run: that is the capped loop's way to its fallback.
+# On a modal verb every call fails, so only the caps end the run: that is the capped loop's way to its fallback.
 UNANSWERABLE = "What is the present perfect of would for you?"
+ANSWERABLE = "What is the past simple of go for she?"  # two turns: one tool call, then the answer
+# The budgets the lab promises (seconds, whole process, median): where a question is answered, and where the
+# capped path falls back, on an idle machine and with one core busy.
+GOALS = {("answer", "idle"): 1.5, ("fallback", "idle"): 2.0, ("fallback", "one core busy"): 3.0}
+LOADS = ("idle", "one core busy")
+BUSY_OTHERS = 50  # other programs' CPU %, as the harness's busy-machine threshold
 QUESTIONS = ["What is the past simple of go for she?", "Give me the present perfect of write for they.",
              "Conjugate swim in the future continuous for we."]
 
@@ -69,23 +80,74 @@ def kv_reuse(backend, turns: int = 10) -> list[dict]:
     return rows
 
 
-def time_to_end(question: str) -> dict:
-    """(c): a fresh process, real model and real server, from process start to the end of the run."""
+class AgentCrashed(RuntimeError):
+    """The agent died of a signal during a benchmark run (the message is the crash report)."""
+
+
+def _agent(argv: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "miniagent", *argv], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+    if proc.returncode < 0:
+        from . import crash
+
+        raise AgentCrashed("\n".join(crash.describe(crash.signal_name(proc.returncode), loop_started=None, turns=0,
+                                                     stderr_lines=proc.stderr.splitlines())))
+    return proc
+
+
+def one_process(question: str, amx: str = "auto") -> dict:
+    """One fresh process, real model and real server, from its start to the end of its run: wall time, and
+    CPU time of the process and its MCP server (the kernel's accounting of reaped children)."""
+    import psutil
+
+    env = {**_clean_env(), "MINIAGENT_LLAMA_AMX": amx}
+    machine_before, before = _machine_busy_s(psutil.cpu_times()), resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "miniagent", "ask", question, "--json"],
-                          capture_output=True, text=True, env=_clean_env(), timeout=120)
+    proc = _agent(["ask", question, "--json"], env, timeout=120)
     wall = time.perf_counter() - started
+    machine_after, after = _machine_busy_s(psutil.cpu_times()), resource.getrusage(resource.RUSAGE_CHILDREN)
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"question": question, "wall_s": round(wall, 3), "stop_reason": outcome["stop_reason"],
-            "turns": outcome["stats"]["turns"], "tool_calls": outcome["stats"]["tool_calls"],
-            "loop_s": outcome["stats"]["seconds"]}
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"wall_s": wall, "cpu_s": cpu, "others_pct": max(0.0, (machine_after - machine_before - cpu) / wall * 100),
+            "stop_reason": outcome["stop_reason"], "turns": outcome["stats"]["turns"],
+            "tool_calls": outcome["stats"]["tool_calls"]}
+
+
+def _machine_busy_s(times) -> float:
+    """CPU seconds the whole machine has been busy since boot (everything but idle and iowait)."""
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
+def start_to_end(amx_settings: list[str], loads: tuple[str, ...] = LOADS, runs: int = 5) -> list[dict]:
+    """(c) for each load, path and AMX setting: ``runs`` processes, the settings taking turns run by run, so a
+    drift of the machine during the measurement falls on all of them alike."""
+    from .process_tree import spinning_core
+
+    rows = []
+    for load in loads:
+        with (spinning_core() if load != "idle" else contextlib.nullcontext()):
+            for path, question in (("answer", ANSWERABLE), ("fallback", UNANSWERABLE)):
+                taken: dict[str, list[dict]] = {amx: [] for amx in amx_settings}
+                for _ in range(runs):
+                    for amx in amx_settings:
+                        taken[amx].append(one_process(question, amx))
+                for amx, got in taken.items():
+                    walls, cpus = [g["wall_s"] for g in got], [g["cpu_s"] for g in got]
+                    rows.append({"path": path, "load": load, "amx": amx, "question": question, "runs": runs,
+                                 "goal_s": GOALS.get((path, load)), "wall_p50_s": round(statistics.median(walls), 3),
+                                 "wall_min_s": round(min(walls), 3), "wall_max_s": round(max(walls), 3),
+                                 "cpu_p50_s": round(statistics.median(cpus), 3),
+                                 # CPU other programs used meanwhile (100 = one core): the spinner when busy
+                                 "others_pct": round(statistics.mean(g["others_pct"] for g in got)),
+                                 "stop_reason": got[-1]["stop_reason"], "turns": got[-1]["turns"],
+                                 "tool_calls": got[-1]["tool_calls"]})
+    return rows
 
 
 def eval_time() -> dict:
     """(d): the public eval set, one process."""
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "miniagent", "eval", "--json"], capture_output=True, text=True,
-                          env=_clean_env(), timeout=600)
+    proc = _agent(["eval", "--json"], _clean_env(), timeout=600)
     wall = time.perf_counter() - started
     report = json.loads(proc.stdout)
     return {"process_wall_s": round(wall, 2), "total_s": report["total_s"], "accuracy": report["accuracy"],
@@ -130,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="miniagent.lab.bench")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--kills", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=5, help="(c): processes per figure (median)")
+    parser.add_argument("--amx", choices=("auto", "on", "off"), action="append", default=None,
+                        help="(c): llama.cpp's AMX path for the runs (repeatable; default auto)")
+    parser.add_argument("--save", default=None, metavar="NAME",
+                        help="(c): also write docs_results/bench-NAME.json and its tables (.md, .es.md) for the docs")
+    parser.add_argument("--load", choices=LOADS, action="append", default=None,
+                        help="(c): idle, or with one core kept busy by another program (repeatable; default both)")
     parser.add_argument("--only", choices=("a", "b", "c", "d", "e", "f"), action="append", default=None,
                         help="only these figures (repeatable), e.g. --only b: KV reuse, a few seconds")
     args = parser.parse_args(argv)
@@ -137,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     from ..models.llama import LlamaBackend
     from ..agent.config import TutorConfig
 
-    figures: dict = {"cores": os.cpu_count()}
+    from ..models.llama_params import cpu_model_name, cpu_reports_amx
+
+    figures: dict = {"cores": os.cpu_count(), "cpu": cpu_model_name(), "amx_cpu": bool(cpu_reports_amx()),
+                     "measured_at": datetime.now().strftime("%Y-%m-%d %H:%M")}
     if only & {"a", "b"}:
         backend = LlamaBackend(cache_dir=TutorConfig().cache_dir)
         try:
@@ -148,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             backend.close()
     if "c" in only:
-        figures["c_time_to_end"] = [time_to_end(ADVERSARIAL), time_to_end(UNANSWERABLE)]
+        figures["c_time_to_end"] = start_to_end(args.amx or ["auto"], tuple(args.load or LOADS), args.runs)
     if "d" in only:
         figures["d_eval"] = eval_time()
     if "e" in only:
@@ -159,14 +231,79 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(figures, indent=2))
     else:
         print_figures(figures)
+    if args.save and figures.get("c_time_to_end"):
+        for path in save_c(figures, ROOT / "docs_results", args.save):
+            print(f"saved: {path.relative_to(ROOT)}", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+C_TABLE = {
+    "en": {"intro": "Measured by `invoke bench --only c{flags} --save {name}` on {when}: {cores} cores, {cpu} "
+                    "({amx}). Whole processes, from start to the end of the run, median of {runs}.",
+           "amx_yes": "the CPU reports AMX", "amx_no": "no AMX",
+           "head": ("path", "AMX path", "machine", "other programs, % CPU", "wall s (median)", "min–max s", "CPU s",
+                    "goal s", "turns, stop"),
+           "idle": "idle", "busy": "one core busy", "answer": "answer", "fallback": "fallback",
+           "ok": "met", "missed": "missed"},
+    "es": {"intro": "Medido con `invoke bench --only c{flags} --save {name}` el {when}: {cores} núcleos, {cpu} "
+                    "({amx}). Procesos enteros, desde que arrancan hasta que acaba la ejecución, mediana de {runs}.",
+           "amx_yes": "la CPU declara AMX", "amx_no": "sin AMX",
+           "head": ("camino", "camino AMX", "máquina", "otros programas, % de CPU", "s de reloj (mediana)",
+                    "mín–máx s", "s de CPU", "meta s", "turnos, parada"),
+           "idle": "en reposo", "busy": "un núcleo ocupado", "answer": "respuesta", "fallback": "respaldo",
+           "ok": "cumplida", "missed": "no cumplida"},
+}
+
+
+def c_markdown(figures: dict, name: str, lang: str = "en") -> str:
+    """(c)'s table for the docs, in one language, from the figures alone."""
+    t = C_TABLE[lang]
+    rows = figures["c_time_to_end"]
+    settings = list(dict.fromkeys(r["amx"] for r in rows))
+    loads = list(dict.fromkeys(r["load"] for r in rows))
+    flags = (f" --amx {','.join(settings)}" if settings != ["auto"] else "") + \
+        (f" --load {'idle' if loads == ['idle'] else 'busy'}" if len(loads) == 1 else "") + \
+        (f" --runs {rows[0]['runs']}" if rows[0]["runs"] != 5 else "")
+    def decimal(x: float, digits: str = ".2f") -> str:
+        return format(x, digits).replace(".", "," if lang == "es" else ".")
+
+    lines = [t["intro"].format(flags=flags, name=name,
+                               when=figures["measured_at"], cores=figures["cores"], cpu=figures["cpu"],
+                               amx=t["amx_yes"] if figures["amx_cpu"] else t["amx_no"], runs=rows[0]["runs"]), "",
+             "| " + " | ".join(t["head"]) + " |", "|" + "---|" * len(t["head"])]
+    for r in rows:
+        goal = "" if r["goal_s"] is None else \
+            f"{decimal(r['goal_s'], 'g')} ({t['ok'] if r['wall_p50_s'] <= r['goal_s'] else t['missed']})"
+        lines.append(f"| {t[r['path']]} | `{r['amx']}` | {t['idle'] if r['load'] == 'idle' else t['busy']} | "
+                     f"{r['others_pct']} | {decimal(r['wall_p50_s'])} | {decimal(r['wall_min_s'])}–{decimal(r['wall_max_s'])} | "
+                     f"{decimal(r['cpu_p50_s'])} | {goal} | {r['turns']}, `{r['stop_reason']}` |")
+    return "\n".join(lines) + "\n"
+
+
+def save_c(figures: dict, folder: Path, name: str) -> list[Path]:
+    """docs_results/bench-NAME.json and one table per language (.md, .es.md), all from the one set of figures."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {k: figures[k] for k in ("cores", "cpu", "amx_cpu", "measured_at", "c_time_to_end")}
+    paths = [folder / f"bench-{name}.json", folder / f"bench-{name}.md", folder / f"bench-{name}.es.md"]
+    paths[0].write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    paths[1].write_text(c_markdown(data, name, "en"), encoding="utf-8")
+    paths[2].write_text(c_markdown(data, name, "es"), encoding="utf-8")
+    return paths
+
+
+def cli(argv: list[str] | None = None) -> int:
+    try:
+        return main(argv)
+    except AgentCrashed as err:
+        print(f"miniagent bench: {err}", file=sys.stderr)
+        return 1
 
 
 def print_figures(f: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=120)  # a log keeps the tables whole
     console.print(f"[bold]miniagent bench[/] on {f['cores']} cores")
     if "a_turn_latency" in f:
         _print_a(console, f["a_turn_latency"])
@@ -177,10 +314,8 @@ def print_figures(f: dict) -> None:
         for r in f["b_kv_reuse"]:
             table.add_row(str(r["turn"]), str(r["scratchpad_tokens"]), str(r["prompt_tokens_evaluated"]))
         console.print(table)
-    for c in f.get("c_time_to_end", []):
-        console.print(f"(c) process start -> end of the run (goal <= 2.0 s to the fallback): {c['wall_s']:.2f} s, "
-                      f"of which the loop {c['loop_s']:.2f} s; stop_reason {c['stop_reason']}, {c['turns']} turns, "
-                      f"tool calls {c['tool_calls']}  [{c['question']}]", highlight=False)
+    if f.get("c_time_to_end"):
+        _print_c(console, f["c_time_to_end"])
     if "d_eval" in f:
         d = f["d_eval"]
         console.print(f"(d) eval: {d['n']} questions in {d['total_s']:.1f} s in-process, {d['process_wall_s']:.1f} s "
@@ -193,6 +328,25 @@ def print_figures(f: dict) -> None:
         s = f["f_server_startup"]
         console.print(f"(f) conjugation server, median of {s['runs']} starts: handshake done in {s['ready_p50_s']:.2f} s, "
                       f"first answer at {s['first_answer_p50_s']:.2f} s", highlight=False)
+
+
+def _print_c(console, rows: list[dict]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"(c) start -> end of the run, whole process, median of {rows[0]['runs']}")
+    for col in ("path", "AMX", "machine", "others %", "wall s", "min-max", "CPU s", "goal s", "turns, stop"):
+        table.add_column(col, no_wrap=True)
+    for r in rows:
+        goal = "" if r["goal_s"] is None else f"{r['goal_s']:g} " + ("ok" if r["wall_p50_s"] <= r["goal_s"]
+                                                                     else "MISSED")
+        table.add_row(r["path"], r["amx"], "busy" if r["load"] != "idle" else "idle", str(r["others_pct"]),
+                      f"{r['wall_p50_s']:.2f}",
+                      f"{r['wall_min_s']:.2f}-{r['wall_max_s']:.2f}", f"{r['cpu_p50_s']:.2f}", goal,
+                      f"{r['turns']}, {r['stop_reason']}")
+    console.print(table)
+    console.print(f"    answer: {ANSWERABLE!r}\n    fallback: {UNANSWERABLE!r} (the capped path)\n"
+                  "    busy: another program keeps one core busy; others %: CPU that other programs used meanwhile "
+                  f"(100 = one core; above {BUSY_OTHERS:g} on an idle row, the machine was not idle)", highlight=False)
 
 
 def _print_a(console, a: dict) -> None:
@@ -209,4 +363,4 @@ def _print_a(console, a: dict) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

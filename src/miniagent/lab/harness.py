@@ -53,6 +53,8 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from . import crash
+from .crash import signal_name
 from .process_tree import MachineLoad, TreeSampler, _cmdline, _find_survivors, _kill_all, _sigint_ignored, \
     _stop_agent, load_average, usable_cpus
 
@@ -87,6 +89,8 @@ class RunRecord:
     timeout: float
     # answer | fallback (another stop_reason) | timeout (killed at the deadline) | crash | interrupted (Ctrl-C)
     outcome: str = "crash"
+    # The signal the agent died of when the harness did not send it ("SIGSEGV"): a crash, never a slow machine.
+    signal: str | None = None
     stop_reason: str | None = None
     answer: str | None = None
     final_answer: str | None = None  # the model's answer in the final round after a limit ("" if none)
@@ -146,6 +150,8 @@ class RunRecord:
     samples: list[list[float]] = field(default_factory=list)  # [t, cpu %, rss MB, n procs]
     scratchpad_tail: list[str] = field(default_factory=list)
     stderr_tail: list[str] = field(default_factory=list)
+    # When the agent died of a signal: Python's faulthandler report from its stderr (the frames it died in).
+    fatal_error: list[str] = field(default_factory=list)
     bad_trace_lines: int = 0
     trace_path: str = ""
     started_at: str = ""
@@ -588,6 +594,7 @@ def run_experiment(
     record.hard_capped = timed_out and deadline.hard_capped
     record.needs_met = deadline.met(progress) if record.needs else None
     record.stderr_tail = stderr.splitlines()[-STDERR_LINES:]
+    record.fatal_error = crash.fatal_error(stderr.splitlines())
     record.bad_trace_lines = follower.bad_lines
     record.pids_seen = list(sampler.seen.values())
     record.load_avg_end = load_average()
@@ -644,6 +651,9 @@ def _fill_outcome(record: RunRecord, progress: Progress, printed: dict[str, Any]
         record.outcome = "interrupted"
     elif timed_out:
         record.outcome = "timeout"  # even if a stop event came: the process did not end in time
+    elif signal_name(record.exit_code):  # died of a signal the harness did not send, whatever it said before
+        record.signal = signal_name(record.exit_code)
+        record.outcome = "crash"
     elif record.stop_reason == "answered":
         record.outcome = "answer"
     elif record.stop_reason:
@@ -656,15 +666,25 @@ def summary(record: RunRecord) -> str:
     """One line for a terminal or a log."""
     calls = ", ".join(f"{t} x{n}" for t, n in sorted(record.tool_calls_by_tool.items())) or "no tool calls"
     kill = f", killed {record.kill_latency_s:+.2f} s after the deadline" if record.kill_latency_s is not None else ""
-    return (f"{record.outcome} (stop_reason {record.stop_reason}) after {record.wall_s:.1f} s{kill}; "
+    died = f" of {record.signal}" if record.signal else ""
+    return (f"{record.outcome}{died} (stop_reason {record.stop_reason}) after {record.wall_s:.1f} s{kill}; "
             f"{record.turns} turns, {calls}; cpu mean {record.cpu_mean:.0f} % max {record.cpu_max:.0f} %; "
             f"rss max {record.rss_max_mb:.0f} MB; processes left: {len(record.processes_left)}; "
             f"other programs {record.other_cpu_mean:.0f} %{' (busy machine)' if record.machine_busy else ''}")
 
 
+def crash_note(record: RunRecord, lang: str = "en") -> list[str]:
+    """The crash report when the agent died of a signal (empty otherwise): see :mod:`miniagent.lab.crash`."""
+    if not record.signal:
+        return []
+    return crash.describe(record.signal, loop_started=record.loop_start_s is not None, turns=record.turns,
+                          stderr_lines=record.fatal_error or record.stderr_tail, lang=lang)
+
+
 def machine_note(record: RunRecord) -> str | None:
-    """A plain sentence when the machine was busy during the run (None when it was not)."""
-    if not record.machine_busy:
+    """A plain sentence when the machine was busy during the run (None when it was not, or when it crashed:
+    a crash is the agent's own, and a busy machine must not be offered as its cause)."""
+    if not record.machine_busy or record.signal:
         return None
     load = f", load average {record.load_avg_start:g} -> {record.load_avg_end:g}" \
         if record.load_avg_start is not None and record.load_avg_end is not None else ""
@@ -918,6 +938,8 @@ def main(argv: list[str] | None = None) -> int:
     record = run_experiment(command, timeout=args.timeout, trace_path=Path(args.trace), live=not args.no_live,
                             clock=clock, needs=needs, hard_cap=args.hard_cap)
     print(summary(record))
+    for line in crash_note(record):
+        print(line)
     for note in (deadline_note(record), machine_note(record)):
         if note:
             print(note)

@@ -73,7 +73,11 @@ TEXT: dict[str, dict[str, Any]] = {
         "observed": "### Observed — {id} ({when})",
         "cols": "| | predicted | observed | hit/miss | tolerance |",
         "hit": "hit", "miss": "miss", "not_predicted": "not predicted", "not_observed": "not observed",
-        "not_exercised": "not exercised",
+        "not_exercised": "not exercised", "crashed_row": "crashed",
+        "crashed": "This run crashed: the agent died of {sig} {when}. A crash says nothing about the break, so "
+                   "nothing was scored, and running it again on a quieter machine will not help: see \"When the "
+                   "model crashes\" in lab 02.",
+        "before": "before its loop started", "after": "after {turns} turn(s)",
         "no_prediction": "No prediction was written before this run.",
         "busy_line": "machine: busy (other programs {cpu} % CPU)",
         "busy": "The machine was busy during this run: wall time and CPU figures are disturbed.",
@@ -106,7 +110,11 @@ TEXT: dict[str, dict[str, Any]] = {
         "observed": "### Observado — {id} ({when})",
         "cols": "| | predicho | observado | acierto/fallo | tolerancia |",
         "hit": "acierto", "miss": "fallo", "not_predicted": "sin predecir", "not_observed": "sin observar",
-        "not_exercised": "no ejercitada",
+        "not_exercised": "no ejercitada", "crashed_row": "se rompió",
+        "crashed": "Esta ejecución se rompió: el agente murió por {sig} {when}. Un fallo así no dice nada de la "
+                   "avería, así que no se ha puntuado nada, y repetirla con la máquina más tranquila no servirá de "
+                   "nada: mira «Cuando el modelo se rompe» en el lab 02.",
+        "before": "antes de que empezara su bucle", "after": "tras {turns} turno(s)",
         "no_prediction": "No había ninguna predicción escrita antes de esta ejecución.",
         "busy_line": "machine: busy (other programs {cpu} % CPU)",
         "busy": "La máquina estaba ocupada durante esta ejecución: el tiempo y las cifras de CPU están alterados.",
@@ -542,8 +550,8 @@ def _judge(field: str, p: Any, o: Any) -> tuple[bool | None, str]:
 
 
 def exercised(observed: dict[str, Any]) -> bool:
-    """False when the run never got as far as the break needs (``needs_met`` False in the record)."""
-    return observed.get("needs_met") is not False
+    """False when the run never got as far as the break needs (``needs_met`` False in the record), or crashed."""
+    return observed.get("needs_met") is not False and not observed.get("signal")
 
 
 def compare(prediction: dict[str, Any], observed: dict[str, Any]) -> list[Row]:
@@ -562,7 +570,7 @@ def compare(prediction: dict[str, Any], observed: dict[str, Any]) -> list[Row]:
         p, o = prediction.get(field), seen.get(field)
         hit, rule = _judge(field, p, o)
         if not scored and p is not None:
-            rows.append(Row(field, p, o, None, rule, note="not exercised"))
+            rows.append(Row(field, p, o, None, rule, note="crashed" if observed.get("signal") else "not exercised"))
         else:
             rows.append(Row(field, p, o, hit, rule))
     return rows
@@ -589,7 +597,7 @@ def _fmt(value: Any) -> str:
 def _hit_word(hit: bool | None, predicted: Any, note: str | None = None, lang: str = "en") -> str:
     t = TEXT[lang]
     if note:
-        return t["not_exercised"] if note == "not exercised" else note
+        return {"not exercised": t["not_exercised"], "crashed": t["crashed_row"]}.get(note, note)
     if hit is None:
         return t["not_predicted"] if predicted is None else t["not_observed"]
     return t["hit"] if hit else t["miss"]
@@ -639,13 +647,19 @@ def append_observation(root: str | os.PathLike, learner: str, variant_id: str, o
         record.append(f"{key}: {' '.join(_fmt(value).split())}")
     if observed.get("machine_busy"):
         record.append(t["busy_line"].format(cpu=_fmt(observed.get("other_cpu_mean"))))
-    if not exercised(observed):
+    if observed.get("signal"):
+        record.append(f"crashed: {observed['signal']}")
+    elif not exercised(observed):
         record.append("exercised: no")
     record.append("```")
 
     parts = [heading, "", *record, ""]
     alias = alias_of(variant_id)
-    if not exercised(observed):
+    if observed.get("signal"):
+        when = t["after"].format(turns=observed.get("turns") or 0) if observed.get("loop_start_s") is not None \
+            else t["before"]
+        parts += [t["crashed"].format(sig=observed["signal"], when=when), ""]
+    elif not exercised(observed):
         needs = ", ".join(f"{n} {key.replace('_', ' ')}" for key, n in (observed.get("needs") or {}).items())
         parts += [t["unexercised"].format(needs=needs or t["more_loop"],
                                           rerun=f"invoke exp {alias} --learner {learner}"), ""]

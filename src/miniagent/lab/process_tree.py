@@ -224,6 +224,20 @@ def _sigint_ignored() -> Iterator[None]:
 # --------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def spinning_core() -> Iterator[subprocess.Popen]:
+    """Another program spinning on one core for as long as the block runs (a busy laptop); killed and reaped."""
+    import sys
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield spinner
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
 def load_average() -> float | None:
     """The 1-minute load average, or None where the system has none."""
     try:

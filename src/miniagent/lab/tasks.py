@@ -28,7 +28,9 @@ from . import notebook, progress
 from .breaks import ROOT, Break, BreakError, agent_command, apply_to_tree, catalogue, find, is_applied, \
     make_sandbox, reset_in_tree, revert_in_tree, source_digest
 from .counterexamples import property_tests
-from .harness import RunRecord, deadline_note, machine_note, run_experiment, save_record, summary
+from .crash import short as crash_short
+from .process_tree import spinning_core
+from .harness import RunRecord, crash_note, deadline_note, machine_note, run_experiment, save_record, summary
 
 console = Console()
 BASELINE = "baseline"
@@ -83,6 +85,17 @@ def notebook_lang(learner: str, given: str | None = None) -> str:
         console.print(f"Your notebook is in {stored!r}; it stays so (the lab does not rewrite it). "
                       f"To change, edit learners/{learner}/progress.json.", markup=False, highlight=False)
     return stored or lang
+
+
+def report_lang(learner: str | None = None) -> str:
+    """The language of a report: the named (else the remembered) learner's choice, English when there is none.
+
+    A report is written after the run: a progress file that cannot be read makes it English, never a traceback."""
+    try:
+        who = learner or progress.resolve_learner(ROOT, None, required=False)
+        return progress.learner_lang(ROOT, who) if who else "en"
+    except (ValueError, progress.StateError):
+        return "en"
 
 
 def _mark(learner: str | None, brk: Break, **values) -> None:
@@ -304,7 +317,8 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
         print(json.dumps({**record.to_dict(), "variant": variant_id, "llm": llm, "json_path": str(json_path),
                           "svg_path": str(svg_path)}))
     else:
-        report(record, json_path, svg_path, brk, learner if prediction is not None else None)
+        report(record, json_path, svg_path, brk, learner if prediction is not None else None,
+               lang=report_lang(learner))
     if prediction is not None and brk is not None and learner:
         rows = notebook.compare(prediction, record.to_dict())
         lang = notebook_lang(learner)
@@ -327,8 +341,15 @@ def _own_setup(brk: Break, question: str, llm: str, flags: list[str]) -> bool:
     return question == brk.input and llm in (brk.llm, brk.ci_llm) and list(flags) == brk.flags
 
 
-def verdict(brk: Break | None, record: RunRecord, learner: str | None = None) -> list[tuple[str, str]]:
-    """(style, sentence) pairs after the table: the deadline, the machine, whether the break showed its symptom."""
+def verdict(brk: Break | None, record: RunRecord, learner: str | None = None,
+            lang: str = "en") -> list[tuple[str, str]]:
+    """(style, sentence) pairs after the table: the deadline, the machine, whether the break showed its symptom.
+
+    A run that died of a signal gets the crash report alone: it says nothing about the break, and the
+    machine's load is not its cause (see :mod:`miniagent.lab.crash`)."""
+    crashed = crash_note(record, lang)
+    if crashed:
+        return [("bold red", crashed[0]), *(("red", line) for line in crashed[1:])]
     out = []
     note = deadline_note(record)
     if note:
@@ -358,7 +379,7 @@ def verdict(brk: Break | None, record: RunRecord, learner: str | None = None) ->
 
 
 def report(record: RunRecord, json_path: Path, svg_path: Path, brk: Break | None = None,
-           learner: str | None = None) -> None:
+           learner: str | None = None, lang: str = "en") -> None:
     table = Table(show_header=False, title="observed")
     rows = [
         ("outcome", record.outcome), ("stop reason", str(record.stop_reason)),
@@ -386,7 +407,7 @@ def report(record: RunRecord, json_path: Path, svg_path: Path, brk: Break | None
         for line in record.scratchpad_tail:
             console.print(f"  {line}", markup=False, highlight=False)
     shown = json_path.relative_to(ROOT) if json_path.is_relative_to(ROOT) else json_path
-    for style, sentence in verdict(brk, record, learner):
+    for style, sentence in verdict(brk, record, learner, lang):
         console.print(Text(sentence, style=style))
     console.print(f"saved: {shown} and {svg_path.name}", markup=False, highlight=False)
 
@@ -409,7 +430,9 @@ def tour(learner: str | None = None, *, as_json: bool = False, llm: str | None =
         predicted = (r["predicted"] or {}).get("outcome") or "-"
         observed = f"{rec.get('outcome')} / {rec.get('stop_reason')} / cpu {rec.get('cpu_mean', 0):.0f} %"
         score = f"{r['hits']}/{r['fields']} fields" if r["fields"] else "no prediction"
-        if rec and not notebook.exercised(rec):
+        if rec.get("signal"):
+            score = crash_short(rec["signal"]) + ": see lab 02"
+        elif rec and not notebook.exercised(rec):
             score = "not exercised: run it again"
         elif rec.get("machine_busy"):
             score += " (busy machine)"
@@ -461,14 +484,9 @@ def check_breaks(*, use_ci_models: bool = True, only: str | None = None, under_l
 @contextlib.contextmanager
 def busy_core() -> Iterator[subprocess.Popen]:
     """Another program spinning on one core for as long as the block runs; killed and reaped afterwards."""
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    console.print(f"[yellow]under load[/]: pid {spinner.pid} keeps one core busy during the check")
-    try:
+    with spinning_core() as spinner:
+        console.print(f"[yellow]under load[/]: pid {spinner.pid} keeps one core busy during the check")
         yield spinner
-    finally:
-        spinner.kill()
-        spinner.wait()
 
 
 def _check_one(brk: Break, use_ci_models: bool, under_load: bool = False) -> tuple[list[str], RunRecord | None]:
@@ -505,7 +523,9 @@ def _check_one(brk: Break, use_ci_models: bool, under_load: bool = False) -> tup
                                               llm=brk.ci_llm if use_ci_models else brk.llm, flags=brk.flags),
                                 timeout=brk.timeout_s, trace_path=work / "trace.jsonl", env=env, cwd=work,
                                 live=False, clock="loop", needs=brk.needs, hard_cap=brk.hard_cap_s)
-        if record.needs_met is False:
+        if record.signal:
+            problems.append("; ".join(crash_note(record)))
+        elif record.needs_met is False:
             problems.append(f"not exercised: needs {brk.needs}, the run ended before ({summary(record)})")
         else:
             problems += [f"symptom: {p}" for p in brk.expect.failures(record.to_dict())]

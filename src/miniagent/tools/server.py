@@ -41,6 +41,7 @@ constants, the tools' logic or the argument parser.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import threading
@@ -329,13 +330,17 @@ def main(argv: list[str] | None = None) -> None:
     try:
         import anyio
 
-        anyio.run(_serve, server)
+        try:
+            anyio.run(_serve, server)
+        except* BrokenPipeError:  # the client died while we wrote to it: nobody is left to answer, nothing to say
+            pass
     except KeyboardInterrupt:  # run by hand in a terminal: Ctrl-C is a normal way out
         pass
     # The client closed stdin and every answer is flushed: nothing is left to
     # clean up.  Skipping the interpreter's teardown of the SDK's big module
     # graph saves ~0.25 s on every client close.
-    sys.stdout.flush()
+    with contextlib.suppress(BrokenPipeError):
+        sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 

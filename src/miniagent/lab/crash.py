@@ -1,0 +1,118 @@
+"""A run that died of a signal: named as such, never taken for a slow or busy machine.
+
+A process killed by a signal has a negative return code in Python (``-11``: SIGSEGV).  When
+nobody in the lab sent that signal, the agent crashed: running it again on a quieter machine
+will not help, and the report says so, with the signal's name, how far the loop got, the last
+lines the agent wrote to stderr and the next step.  One module owns that text, in English and
+Spanish, for the harness's report, the notebook, the tour, the maintainer check and ``invoke``.
+"""
+
+from __future__ import annotations
+
+import signal
+
+LAB_02 = "docs/labs/02-mcp-server.md"
+STDERR_SHOWN = 6  # lines of the agent's stderr a crash report quotes
+
+TEXT = {
+    "en": {
+        "died": "CRASHED: the agent died of {sig} (signal {num}{what}){when}.",
+        "before": " before its loop started", "after": " after its loop started, with {turns} turn(s) done",
+        "stderr": "Its last lines on stderr:", "silent": "It wrote nothing to stderr.",
+        "where": "Where it died (Python's faulthandler, on stderr):",
+        "llama": "Next: the model crashed inside llama.cpp. This is not a busy machine, and running it again will "
+                 "not help. See \"When the model crashes\" in lab 02 ({lab}): on a CPU with AMX, run with "
+                 "--llama-amx off (or MINIAGENT_LLAMA_AMX=off).",
+        "other": "Next: this is not a busy machine, and running it again will not help: read the lines above to see "
+                 "where it died.",
+        "short": "crashed ({sig})",
+    },
+    "es": {
+        "died": "SE HA ROTO: el agente murió por {sig} (señal {num}{what}){when}.",
+        "before": " antes de que empezara su bucle", "after": " con su bucle ya en marcha y {turns} turno(s) hechos",
+        "stderr": "Sus últimas líneas en stderr:", "silent": "No escribió nada en stderr.",
+        "where": "Dónde murió (según el faulthandler de Python, en stderr):",
+        "llama": "Siguiente paso: el modelo se ha roto dentro de llama.cpp. No es que la máquina esté ocupada, y "
+                 "repetirlo no servirá de nada. Mira «Cuando el modelo se rompe» en el lab 02 ({lab}): en una CPU "
+                 "con AMX, ejecútalo con --llama-amx off (o MINIAGENT_LLAMA_AMX=off).",
+        "other": "Siguiente paso: no es que la máquina esté ocupada, y repetirlo no servirá de nada: lee las líneas "
+                 "de arriba para ver dónde murió.",
+        "short": "se ha roto ({sig})",
+    },
+}
+WHAT = {"SIGSEGV": {"en": ", a segmentation fault", "es": ", un fallo de segmentación"},
+        "SIGILL": {"en": ", an illegal instruction", "es": ", una instrucción ilegal"},
+        "SIGBUS": {"en": ", a bus error", "es": ", un error de bus"},
+        "SIGABRT": {"en": ", an abort", "es": ", una interrupción por abort"},
+        "SIGFPE": {"en": ", an arithmetic error", "es": ", un error aritmético"}}
+
+
+def signal_name(returncode: int | None) -> str | None:
+    """``SIGSEGV`` for -11; None for an exit code that is not a death by signal."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def signal_number(name: str) -> int | None:
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        return None
+
+
+MODEL_FRAMES = ("llama_cpp", "llama.cpp", "ggml", "miniagent/models/llama")
+
+
+def in_llama_cpp(stderr_lines: list[str]) -> bool:
+    """The agent's stderr shows the local model at work when it died (Python's faulthandler names the frames:
+    llama-cpp-python's, or the lab's llama backend that calls into it)."""
+    return any(frame in line for line in stderr_lines for frame in MODEL_FRAMES)
+
+
+FRAMES_SHOWN = 5  # frames of the thread that died
+
+
+def fatal_error(stderr_lines: list[str]) -> list[str]:
+    """What Python's faulthandler wrote when the process died: the error and the frames of the thread that
+    died (the current thread; when a C thread of llama.cpp's died, the Python thread that was in the model).
+    Empty when there is no such report (the MCP server's own lines may follow it on the same stderr)."""
+    start = next((i for i, line in enumerate(stderr_lines) if line.startswith("Fatal Python error:")), None)
+    if start is None:
+        return []
+    blocks: list[list[str]] = []
+    for line in stderr_lines[start + 1:]:
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            blocks.append([line])
+        elif line.startswith("  File ") and blocks:
+            blocks[-1].append(line)
+        elif line.strip() and blocks:  # "Extension modules: ..." or anything after the report
+            break
+    died = next((b for b in blocks if b[0].startswith("Current thread")), None)
+    if died is None or not in_llama_cpp(died):
+        died = next((b for b in blocks if in_llama_cpp(b)), died)
+    return [stderr_lines[start], *(died[:FRAMES_SHOWN + 1] if died else [])]
+
+
+def describe(sig: str, *, loop_started: bool | None, turns: int, stderr_lines: list[str],
+             lang: str = "en") -> list[str]:
+    """The crash report: what killed the agent and when (None: not known), where (faulthandler's report, else
+    its last lines on stderr), and the next step."""
+    t = TEXT[lang if lang in TEXT else "en"]
+    num = signal_number(sig)
+    when = "" if loop_started is None else t["after"].format(turns=turns) if loop_started else t["before"]
+    lines = [t["died"].format(sig=sig, num=num if num is not None else "?",
+                              what=WHAT.get(sig, {}).get(lang, ""), when=when)]
+    fatal = fatal_error(stderr_lines)
+    shown = fatal or [line for line in stderr_lines if line.strip()][-STDERR_SHOWN:]
+    lines += [t["where" if fatal else "stderr"], *(f"    {line.strip()}" for line in shown)] if shown \
+        else [t["silent"]]
+    lines.append(t["llama" if in_llama_cpp(fatal or stderr_lines) else "other"].format(lab=LAB_02))
+    return lines
+
+
+def short(sig: str, lang: str = "en") -> str:
+    return TEXT[lang if lang in TEXT else "en"]["short"].format(sig=sig)
