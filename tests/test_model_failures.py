@@ -274,3 +274,54 @@ def test_real_llama_decoding_stops_when_the_run_is_out_of_time(decode):
     assert outcome.stop_reason == "wall_clock", outcome.answer
     assert elapsed <= 0.4 + GRACE_S
     assert after.stop_reason == "answered" and after.answer.lower() == "she went"
+
+
+class WedgedModelServer:
+    """Takes every connection and never answers a byte: a class server wedged on something."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.held: list = []
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self.thread = threading.Thread(target=self._hold, daemon=True)
+
+    def _hold(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.held.append(conn)
+
+    def __enter__(self) -> "WedgedModelServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_a_wedged_model_server_ends_invoke_ask_with_model_failed_and_says_so():
+    """The server takes the connection and never answers: the start-up check has its own bound
+    (openai_startup_s, here 2 s from the environment), the learner sees a line while it waits, and the run
+    ends as model_failed naming the server and what it did not answer.  (Unbounded, it waited 300 s.)"""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
+    env.update(MINIAGENT_WALL_CLOCK_S="3", MINIAGENT_MODEL_WALL_CLOCK_S="0", MINIAGENT_OPENAI_STARTUP_S="2")
+    with WedgedModelServer() as server:
+        proc = subprocess.run([str(Path(sys.executable).parent / "invoke"), "ask", QUESTION, "--llm", "openai",
+                               "--openai-base-url", server.url, "--json", "--cache-dir", ""], cwd=ROOT,
+                              capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"checking the model server at {server.url} (each start-up request may take up to 2 s" in proc.stderr
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert outcome["stop_reason"] == "model_failed", outcome
+    assert f"the model server at {server.url} took the connection but did not answer GET {server.url}/models " \
+           "within 2 s" in outcome["answer"]

@@ -76,6 +76,9 @@ class TutorConfig:
     # vLLM, llama.cpp) | json_object (llama-cpp-python)
     openai_response_format: str = "auto"
     openai_max_retries: int = 2  # when the server cannot be reached or says it is busy, within the run's time
+    # Seconds each start-up request to the server may take (does it answer, count tokens as we do, give
+    # log-probabilities): one that takes the connection and never answers ends the run as model_failed.
+    openai_startup_s: float = 10.0
     # A shared model server queues a class's requests: a turn that waits there is not a hung run. When > 0,
     # the time a run spends in model calls has this budget of its own and does not count against wall_clock_s
     # (which keeps bounding the tools and the loop); 0 = model calls count against wall_clock_s.  Unset, it is
@@ -165,7 +168,7 @@ def _check(config: TutorConfig) -> None:
                  "max_run_tokens", "max_format_errors"):
         if getattr(config, name) < 1:
             raise ConfigError(f"{name} must be at least 1")
-    for name in ("wall_clock_s", "tool_timeout_s"):
+    for name in ("wall_clock_s", "tool_timeout_s", "openai_startup_s"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive")
     if config.llama_amx not in ("auto", "on", "off"):

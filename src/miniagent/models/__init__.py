@@ -37,7 +37,8 @@ def make_backend(config) -> Backend:
                              max_action_tokens=config.max_action_tokens, decode=config.decode,
                              response_format=config.openai_response_format, model_path=config.model or None,
                              n_ctx=config.n_ctx, cache_dir=config.cache_dir or None,
-                             max_retries=config.openai_max_retries, warm_up=True)
+                             max_retries=config.openai_max_retries, warm_up=True,
+                             startup_s=config.openai_startup_s)
     if kind == "scripted":
         from .scripted import ScriptedBackend
 

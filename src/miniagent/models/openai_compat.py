@@ -65,7 +65,9 @@ for _name in ("httpx2", "httpx", "openai"):  # one line per HTTP request would d
 
 TOP_LOGPROBS = 20  # vLLM's default ceiling (--max-logprobs); llama-cpp-python takes any number
 NO_RUN_LIMIT_S = 60.0  # a call made outside a run (no timeout_s): its own limit
-STARTUP_TIMEOUT_S = 300.0  # warming a cold server up evaluates the whole header (18 s alone on 2 cores)
+# Each start-up request's limit (openai_startup_s): a busy class server serves a learner's first request after
+# the others queued before it (about 0.35 s each), a wedged one never does.
+STARTUP_S = 10.0
 RETRY_STATUSES = {429, 502, 503, 504}  # "busy, try again": anything else is not going to change
 
 SYSTEM = HEADER.split("\n\n", 1)[0] + (
@@ -207,7 +209,7 @@ class ServerRuntime(KVRuntime):
     """
 
     def __init__(self, server: ModelServer, model_path: str | None = None, *, n_ctx: int = 2048,
-                 warm_up: bool = False) -> None:
+                 warm_up: bool = False, startup_s: float = STARTUP_S) -> None:
         from llama_cpp import _internals as internals
 
         path = model_path or default_model_path()
@@ -223,6 +225,8 @@ class ServerRuntime(KVRuntime):
         self.evaluated = 0
         self.deadline: float | None = None
         self.warm_up = warm_up
+        self.startup_s = startup_s
+        self.startup_failure: str | None = None  # the server did not answer its start-up check: no run can start
         self.logprobs_ok: bool | None = None  # known after the warm-up
         self.server_models: list[str] = []
         self.unseen_options = 0  # option tokens the server's top 20 did not list (scored at the floor)
@@ -255,29 +259,35 @@ class ServerRuntime(KVRuntime):
         return False
 
     def _warm_up(self, prefix: list[int]) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        where = self.server.where
+        """Before any run: does the server answer, does it count tokens as we do, does it give log-probabilities,
+        and the header into its prompt cache.  Each request has ``startup_s`` seconds: a server that takes the
+        connection and never answers (wedged) must not hold a learner's command for minutes."""
+        where, limit = self.server.where, self.startup_s
+        log.info("checking %s (each start-up request may take up to %g s: openai_startup_s)", where, limit)
         try:
-            self.server_models = self.server.model_ids(deadline)
+            self.server_models = self.server.model_ids(time.monotonic() + limit)
         except ModelFailed:  # a server without /models can still complete: only the priors' file name needs it
             self.server_models = []
         except ModelTimeout:
-            log.warning("warming up %s: no answer within %g s", where, STARTUP_TIMEOUT_S)
+            self.startup_failure = (f"{where} took the connection but did not answer GET {self.server.base_url}"
+                                    f"/models within {limit:g} s (openai_startup_s): it is wedged, or too busy")
+            log.warning("%s", self.startup_failure)
             return
         try:
-            _, _, usage = self.server.complete(self._text(prefix), 1, [], deadline)
+            _, _, usage = self.server.complete(self._text(prefix), 1, [], time.monotonic() + limit)
             if usage.get("prompt_tokens") not in (None, len(prefix)):
                 log.warning("%s counts %s tokens in the prompt header, the tokenizer of %s counts %d: it serves "
                             "another model, and scored decoding will be off", where, usage["prompt_tokens"],
                             self.model_path, len(prefix))
-            self.server.top_logprobs(self._text(prefix), deadline)
+            self.server.top_logprobs(self._text(prefix), time.monotonic() + limit)
             self.logprobs_ok = True
         except ModelFailed as err:
             if "log-probabilities" in str(err) or isinstance(err, RequestRefused):
                 self.logprobs_ok = False
             log.warning("warming up %s: %s", where, err)
-        except ModelTimeout:
-            log.warning("warming up %s: no answer within %g s", where, STARTUP_TIMEOUT_S)
+        except ModelTimeout:  # it answered /models: busy or cold, not wedged; the first turn pays for the header
+            log.warning("warming up %s: no answer within %g s (openai_startup_s); the first turn will wait for it",
+                        where, limit)
 
     def _top(self, tokens: list[int]) -> dict[str, float]:
         top = self.server.top_logprobs(self._text(tokens), self.deadline)
@@ -381,11 +391,11 @@ class OpenAIBackend(LlamaBackend):
     def __init__(self, base_url: str, model: str = "local", *, max_action_tokens: int = 48,
                  decode: str = "scored", response_format: str = "auto", model_path: str | None = None,
                  n_ctx: int = 2048, cache_dir: str | os.PathLike | None = None, max_retries: int = 2,
-                 warm_up: bool = False) -> None:
+                 warm_up: bool = False, startup_s: float = STARTUP_S) -> None:
         if response_format not in ("auto", "json_schema", "json_object"):
             raise ValueError("openai_response_format must be auto, json_schema or json_object")
         self.server = ModelServer(base_url, model, max_retries=max_retries)
-        self._warm_up = warm_up
+        self._warm_up, self._startup_s = warm_up, startup_s
         self.response_format = response_format
         self.format_in_use = "json_schema" if response_format == "auto" else response_format
         super().__init__(model_path, n_ctx=n_ctx, max_action_tokens=max_action_tokens, decode=decode,
@@ -398,7 +408,7 @@ class OpenAIBackend(LlamaBackend):
         self.name = f"openai:{self.decode}"
 
     def _runtime(self, model_path: str | None, *, n_ctx: int, n_threads: int, amx=None) -> ServerRuntime:
-        return ServerRuntime(self.server, model_path, n_ctx=n_ctx, warm_up=self._warm_up)
+        return ServerRuntime(self.server, model_path, n_ctx=n_ctx, warm_up=self._warm_up, startup_s=self._startup_s)
 
     def _priors_path(self, cache: Path | None) -> Path | None:
         """The server's own priors: another file than the local model's, per server and model."""
@@ -411,6 +421,8 @@ class OpenAIBackend(LlamaBackend):
 
     def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
                     partial: str = "", timeout_s: float | None = None, final: bool = False) -> ModelReply:
+        if self.rt.startup_failure:  # no run can start on a server that did not answer
+            raise ModelFailed(self.rt.startup_failure)
         if timeout_s is not None and timeout_s <= 0:
             raise ModelTimeout("no time left for a model call")
         if self.decode == "greedy":
