@@ -115,3 +115,30 @@ def crash_env(tmp_path, where: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")]))
     env["MINIAGENT_TEST_CRASH"] = where
     return env
+
+
+WEDGED = "this server is now wedged"  # what the MCP server prints on stderr when its hang fault starts
+
+
+class LineWatch:
+    """Reads a pipe in a thread and sets ``event`` once a line containing ``needle`` went by (all lines kept)."""
+
+    def __init__(self, stream, needle: str = WEDGED) -> None:
+        import threading
+
+        self.lines: list[str] = []
+        self.event = threading.Event()
+        self.needle = needle
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            line = line.decode(errors="replace") if isinstance(line, bytes) else line
+            self.lines.append(line)
+            if self.needle in line:
+                self.event.set()
+
+    def wait(self, timeout: float = 120.0) -> None:
+        """Until the line came (the bound only keeps a broken run from hanging the suite)."""
+        assert self.event.wait(timeout), f"no line with {self.needle!r}; got:\n{''.join(self.lines)}"

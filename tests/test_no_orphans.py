@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import LineWatch
 
 ROOT = Path(__file__).resolve().parents[1]
 HUNG_AGENT = [sys.executable, "-m", "miniagent", "ask", "What is the past simple of eat for I?",
@@ -58,13 +59,14 @@ def test_signal_to_the_agent_group_leaves_no_server(sig, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
     trace = tmp_path / "trace.jsonl"
     agent = subprocess.Popen([*HUNG_AGENT, "--trace", str(trace)], cwd=ROOT, env=env, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wedged = LineWatch(agent.stderr)  # the server shares the agent's stderr and says when the call wedged it
     server = _wait_for_server(agent)
     try:
         _wait_for_tool_call(trace)
-        time.sleep(1.0)  # the call reaches the server, which wedges on it
+        wedged.wait()
         os.killpg(agent.pid, sig)  # what a harness or a terminal's Ctrl-C does
-        agent.wait(timeout=10)
+        agent.wait(timeout=60)  # at once: the bound only keeps a broken agent from hanging the suite
         gone, alive = psutil.wait_procs([server], timeout=3)
         assert not alive, f"orphan MCP server left behind: pid {server.pid}"
     finally:

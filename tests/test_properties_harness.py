@@ -164,7 +164,7 @@ def test_every_survivor_is_reported_before_it_is_killed(tree, tmp_path_factory):
     killed = tree.root_exit is None
     # The agent's group gets SIGTERM, then SIGKILL: only a session of its own escapes it. An agent that exits by
     # itself is not signalled at all, so every long-lived process of its tree outlives it.
-    expected = {marker for marker, (node, _) in tree.markers().items() if node.own_session or not killed}
+    expected = {name for name, (node, _) in tree.markers().items() if node.own_session or not killed}
     assert left_markers(record) == expected
     seen = {marker(p["cmdline"]) for p in record.pids_seen}
     assert set(tree.markers()) <= seen, "the harness never saw some processes of the tree"

@@ -14,6 +14,7 @@ from ..agent.ports import Backend
 from ..models import make_backend
 from ..agent.config import TutorConfig
 from ..agent.loop import Outcome, grammar_tutor
+from ..processes import wait_result
 from ..tools.mcp_client import MCPClient
 from ..agent.trace import Trace
 
@@ -32,7 +33,7 @@ class TutorSession:
         try:
             server_started = pool.submit(self.tools.start)
             self.model = make_backend(self.config)
-            server_started.result()
+            wait_result(server_started, None)  # woken often: a Ctrl-C during start-up ends it at once
         except BaseException:
             # Ctrl-C or SIGTERM during start-up: close() stops a server that is still starting.
             self.close()

@@ -54,8 +54,6 @@ class _Changes:
         self._name = ""
 
     def saw(self, path: str) -> None:
-        if "__pycache__" in path or not path.endswith(".py"):
-            return
         with self._lock:
             self._last, self._name = time.monotonic(), Path(path).name
 
@@ -66,6 +64,15 @@ class _Changes:
                 return None
             name, self._last = self._name, None
             return name
+
+
+def saved_file(event) -> str | None:
+    """The Python file a watchdog event saved, or None: only what changes a ``.py`` file is a save (opening or
+    reading one, as pytest does, is not; nor is a directory's event or Python's own ``__pycache__``)."""
+    if event.is_directory or event.event_type not in SAVES:
+        return None
+    path = str(getattr(event, "dest_path", "") or event.src_path)
+    return None if "__pycache__" in path or not path.endswith(".py") else path
 
 
 def run_tests(tests: list[str], root: Path) -> tuple[bool, str, list[str]]:
@@ -95,9 +102,9 @@ def watch(variant: str, root: Path = ROOT, *, lang: str = "en", max_runs: int | 
 
     class Handler(FileSystemEventHandler):
         def on_any_event(self, event) -> None:
-            # only what changes a file: opening or reading one (as pytest does) is not a save
-            if not event.is_directory and event.event_type in SAVES:
-                changes.saw(str(getattr(event, "dest_path", "") or event.src_path))
+            path = saved_file(event)
+            if path:
+                changes.saw(path)
 
     observer = Observer()
     observer.schedule(Handler(), str(src), recursive=True)

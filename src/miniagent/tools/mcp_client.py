@@ -64,6 +64,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TextIO
 
+from ..processes import wait_result
 from ..agent.errors import ServerFailed, ToolError, ToolTimeout
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -330,7 +331,7 @@ class MCPClient:
         conn.thread = threading.Thread(target=self._run_loop, args=(conn, params, ready), name="mcp-client", daemon=True)
         conn.thread.start()
         try:
-            ready.result(timeout=startup_timeout)
+            wait_result(ready, startup_timeout)
         except BaseException as exc:
             # __exit__ is not called when __enter__ fails, so clean up here:
             # this also covers Ctrl-C while the server is starting.
@@ -461,7 +462,7 @@ class MCPClient:
         except RuntimeError as exc:  # the loop has stopped
             raise ServerFailed(f"the MCP connection is closed: {exc}") from None
         try:
-            return future.result(timeout=limit)
+            return wait_result(future, limit)
         except TimeoutError:
             # Cancelling the task abandons the request (the SDK sends a
             # courtesy notifications/cancelled); the next call starts clean.
