@@ -59,6 +59,26 @@ def _digest(tree: Path) -> dict:
     return {p: p.read_bytes() for p in sorted((tree / "src").rglob("*.py"))}
 
 
+@pytest.mark.parametrize("variant", [None, "dead-config"])
+def test_an_experiment_never_carries_the_break_the_learner_applied(learner_tree, variant):
+    """A learner has no-cap applied to their own src/; the baseline's copy is intact, a break's copy has that
+    break alone."""
+    from miniagent.lab.breaks import make_sandbox, source_digest
+
+    intact = source_digest(learner_tree / "src")
+    apply_to_tree(find("no-cap", learner_tree), learner_tree)
+    brk = find(variant, learner_tree) if variant else None
+    sandbox = make_sandbox(brk, learner_tree)
+    try:
+        if brk is None:
+            assert source_digest(sandbox / "src") == intact
+        else:
+            subprocess.run(["git", "apply", "--reverse", str(brk.patch)], cwd=sandbox, check=True)
+            assert source_digest(sandbox / "src") == intact, "the copy had another break besides its own"
+    finally:
+        shutil.rmtree(sandbox)
+
+
 def test_break_then_fix_restores_every_byte(learner_tree):
     brk = find("no-cap", learner_tree)
     before = _digest(learner_tree)
@@ -128,6 +148,37 @@ def test_exp_runs_a_sandbox_and_leaves_the_learners_tree_alone():
 
 def test_maintainer_check_every_break_applies_is_caught_shows_its_symptom_and_reverts():
     assert lab.check_breaks(use_ci_models=True) == 0
+
+
+def _repo_copy(tmp_path: Path) -> Path:
+    tree = tmp_path / "repo"
+    for folder in ("src", "tests", "breaks"):
+        shutil.copytree(ROOT / folder, tree / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    return tree
+
+
+def test_check_breaks_fails_when_a_named_guard_test_no_longer_exists(tmp_path, capsys):
+    """A renamed guard test makes pytest exit 4 against the broken copy: that must never read as "caught"."""
+    tree = _repo_copy(tmp_path)
+    guards = tree / "tests" / "test_guards.py"
+    guards.write_text(guards.read_text().replace("def test_turn_cap_stops_a_model_that_never_answers(",
+                                                 "def test_turn_cap_renamed(", 1))
+    assert lab.check_breaks(only="no-cap", root=tree) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "its test tests/test_guards.py::test_turn_cap_stops_a_model_that_never_answers does not exist" in out
+    assert "every break is caught" not in out
+
+
+@pytest.mark.parametrize("code, caught", [(1, True), (0, False), (2, False), (3, False), (4, False), (5, False)])
+def test_only_a_failing_test_run_counts_as_caught(code, caught):
+    proc = subprocess.CompletedProcess([], code, stdout="ERROR: not found: tests/x.py::y\n", stderr="")
+    problem = lab.judge_pytest(proc, "the guard tests")
+    assert (problem is None) is caught
+    if code == 0:
+        assert "not caught" in problem
+    elif code > 1:
+        assert problem.startswith(f"the check is broken: the guard tests exited {code} (") and "not found" in problem
 
 
 def test_tour_json_prints_only_json(capsys):

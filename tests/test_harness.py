@@ -191,6 +191,33 @@ def test_an_orphaned_server_is_reported_then_killed(tmp_path):
     assert still_alive(record) == []
 
 
+# A process that changes parent before the harness ever sees it: the agent's child starts it in a process
+# group of its own (so the agent's group signal misses it) and exits at once, so it is re-parented before
+# the first sample. It is nobody's descendant any more; only its session still ties it to the run. It says
+# so on the pipe once it is running, and the harness must find it, report it left behind, and kill it.
+REPARENTED = textwrap.dedent("""
+    import os, subprocess, sys, time
+    r, w = os.pipe()
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys\\n"
+        "subprocess.Popen([sys.executable, '-c', 'import os, time; os.write(%d, b\\"up\\"); time.sleep(60.123)'],"
+        " pass_fds=(%d,), process_group=0)" % (w, w))], pass_fds=(w,))
+    child.wait()  # the middle process is gone: the grandchild was re-parented
+    os.close(w)
+    assert os.read(r, 2) == b"up"
+    print("reparented", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_process_that_changed_parent_before_it_was_seen_is_found_by_its_session(tmp_path):
+    record = run([sys.executable, "-c", REPARENTED], tmp_path, timeout=2.0)
+    assert record.outcome == "timeout"
+    left = [p["cmdline"] for p in record.processes_left]
+    assert len(left) == 1 and "60.123" in left[0], record.processes_left
+    assert record.cleanup_ok and still_alive(record) == []
+
+
 @pytest.mark.slow  # ~75 s on 2 busy cores: 50 x (timeout + SIGTERM grace)
 def test_fifty_killed_runs_leave_nothing_behind(tmp_path):
     command = ask(ADVERSARIAL, "--llm", "scripted:wanderer", *NO_CAPS)
@@ -326,3 +353,14 @@ def test_a_docs_chart_is_readable_at_the_page_width_and_speaks_the_page_language
         assert "segundos desde el arranque" in texts and "un núcleo" in texts
     else:
         assert "seconds since launch" in texts and "one core" in texts
+
+
+def test_a_reply_continued_without_end_keeps_the_followers_memory_bounded():
+    """Break 07 continues one reply for ever: the follower keeps a bounded piece of it, not every piece joined."""
+    from miniagent.lab.harness import ACTION_TEXT_MAX
+
+    progress = Progress()
+    for i in range(5000):
+        progress.add({"event": "model_action", "turn": 2, "final": False, "text": "x" * 100,
+                      "finish_reason": "length"}, float(i))
+    assert progress.turns == 2 and len(progress._turn_text) < ACTION_TEXT_MAX + 100

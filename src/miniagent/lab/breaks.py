@@ -320,17 +320,26 @@ def _reference_versions(brk: Break, root: Path, files: list[str]) -> tuple[dict[
 
 # --- sandboxes (invoke exp / check-breaks) -------------------------------------------------
 def make_sandbox(brk: Break | None, root: Path = ROOT) -> Path:
-    """A throwaway copy of ``src/`` with the break applied (None: the intact baseline)."""
+    """A throwaway copy of ``src/`` with the break applied (None: the intact baseline).
+
+    The copy starts intact even when the learner has a break applied to their own ``src/``: a run of one
+    break (or of the baseline) must never carry another one along."""
     sandbox = Path(tempfile.mkdtemp(prefix=f"miniagent-{brk.id if brk else 'baseline'}-"))
     shutil.copytree(root / "src", sandbox / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    if brk is not None:
-        for other in catalogue(root):  # the copy starts intact even if the learner applied a break
+    try:
+        for other in catalogue(root):
             if is_applied(other, root):
-                _git_apply(sandbox, other.patch, "--reverse")
-        result = _git_apply(sandbox, brk.patch)
-        if result.returncode != 0:
-            shutil.rmtree(sandbox, ignore_errors=True)
-            raise BreakError(f"{brk.id} does not apply to the current source:\n{result.stderr.strip()}")
+                undone = _git_apply(sandbox, other.patch, "--reverse")
+                if undone.returncode != 0:
+                    raise BreakError(f"{other.id} is applied to your src/ and could not be undone in the copy:\n"
+                                     f"{undone.stderr.strip()}")
+        if brk is not None:
+            result = _git_apply(sandbox, brk.patch)
+            if result.returncode != 0:
+                raise BreakError(f"{brk.id} does not apply to the current source:\n{result.stderr.strip()}")
+    except BaseException:
+        shutil.rmtree(sandbox, ignore_errors=True)
+        raise
     return sandbox
 
 

@@ -65,15 +65,22 @@ def learner_main(argv: list[str] | None = None) -> int:
             item = items[index]
             first = len(trace.events)
             outcome = session.ask(item.question)
-            turns: dict[int, float] = {}
-            for event in trace.events[first:]:
-                if event["event"] == "model_action":  # continuations belong to their turn
-                    turns[event["turn"]] = turns.get(event["turn"], 0.0) + event["latency_s"]
             _say({"item": index, "stop_reason": outcome.stop_reason, "correct": is_correct(outcome.answer, item.accept),
-                  "seconds": outcome.stats.seconds, "turn_latencies": list(turns.values())})
+                  "seconds": outcome.stats.seconds, "turn_latencies": turn_latencies(trace.events[first:])})
         server = getattr(session.model, "server", None)
         _say({"done_at": time.time(), "requests": getattr(server, "requests", 0)})
     return 0
+
+
+def turn_latencies(events: list[dict]) -> list[float]:
+    """Seconds of each model turn of a run, from its trace: a turn's continuations are part of it, and the final
+    round after a limit (no turn number) is a turn of its own."""
+    turns: dict[int | None, float] = {}
+    for event in events:
+        if event["event"] == "model_action":
+            key = None if event.get("final") else event["turn"]
+            turns[key] = turns.get(key, 0.0) + event["latency_s"]
+    return list(turns.values())
 
 
 def _say(record: dict) -> None:

@@ -16,7 +16,9 @@ STDERR_SHOWN = 6  # lines of the agent's stderr a crash report quotes
 
 TEXT = {
     "en": {
-        "died": "CRASHED: the agent died of {sig} (signal {num}{what}){when}.",
+        "died": "CRASHED: {who} died of {sig} (signal {num}{what}){when}.",
+        "who": {"agent": "the agent", "tests": "the test run (pytest)", "bench": "the benchmark",
+                "process": "the process"},
         "before": " before its loop started", "after": " after its loop started, with {turns} turn(s) done",
         "stderr": "Its last lines on stderr:", "silent": "It wrote nothing to stderr.",
         "where": "Where it died (Python's faulthandler, on stderr):",
@@ -28,7 +30,9 @@ TEXT = {
         "short": "crashed ({sig})",
     },
     "es": {
-        "died": "SE HA ROTO: el agente murió por {sig} (señal {num}{what}){when}.",
+        "died": "SE HA ROTO: {who} murió por {sig} (señal {num}{what}){when}.",
+        "who": {"agent": "el agente", "tests": "la ejecución de las pruebas (pytest)", "bench": "la medición (bench)",
+                "process": "el proceso"},
         "before": " antes de que empezara su bucle", "after": " con su bucle ya en marcha y {turns} turno(s) hechos",
         "stderr": "Sus últimas líneas en stderr:", "silent": "No escribió nada en stderr.",
         "where": "Dónde murió (según el faulthandler de Python, en stderr):",
@@ -98,13 +102,13 @@ def fatal_error(stderr_lines: list[str]) -> list[str]:
 
 
 def describe(sig: str, *, loop_started: bool | None, turns: int, stderr_lines: list[str],
-             lang: str = "en") -> list[str]:
+             lang: str = "en", who: str = "agent") -> list[str]:
     """The crash report: what killed the agent and when (None: not known), where (faulthandler's report, else
     its last lines on stderr), and the next step."""
     t = TEXT[lang if lang in TEXT else "en"]
     num = signal_number(sig)
     when = "" if loop_started is None else t["after"].format(turns=turns) if loop_started else t["before"]
-    lines = [t["died"].format(sig=sig, num=num if num is not None else "?",
+    lines = [t["died"].format(who=t["who"][who], sig=sig, num=num if num is not None else "?",
                               what=WHAT.get(sig, {}).get(lang, ""), when=when)]
     fatal = fatal_error(stderr_lines)
     shown = fatal or [line for line in stderr_lines if line.strip()][-STDERR_SHOWN:]

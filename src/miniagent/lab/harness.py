@@ -73,6 +73,7 @@ BUSY_OTHERS = 50.0
 # With clock="loop" or needs, nothing runs longer than this unless the caller says otherwise.
 HARD_CAP_MIN = 60.0
 TAIL_EVENTS = 8
+ACTION_TEXT_MAX = 4096  # characters of one turn's action kept (a whole action is a few hundred)
 STDERR_LINES = 20
 
 
@@ -108,6 +109,8 @@ class RunRecord:
     # that far, and cpu_mean/cpu_max fall back to the whole run.
     cpu_loop_samples: int = 0
     rss_max_mb: float = 0.0
+    # Turns the loop reached: a turn whose reply was still being continued when the run ended counts here,
+    # while the loop's own stats count the turns it finished.
     turns: int = 0
     tool_calls: int = 0
     tool_calls_by_tool: dict[str, int] = field(default_factory=dict)
@@ -248,6 +251,9 @@ def describe(event: dict[str, Any], width: int = 90) -> str:
 class Progress:
     """Counters kept from the trace events as they arrive (the same ones the panel and the record show)."""
 
+    # The guards that refuse a call the model asked for: the refused call leaves no tool_call event.
+    REFUSING = ("max_tool_calls", "call_budget")
+
     def __init__(self) -> None:
         self.turns = 0
         self.tool_calls: Counter[str] = Counter()
@@ -258,6 +264,7 @@ class Progress:
         self.first_event_at: float | None = None  # harness clock
         self.tail: deque[str] = deque(maxlen=TAIL_EVENTS)
         self._calls_seen: set[str] = set()
+        self._turn_text = ""  # the current turn's action, its continued pieces joined
 
     def count(self, key: str) -> int:
         """turns, tool_calls or tool_errors so far (what a break's ``needs`` are written in)."""
@@ -270,22 +277,46 @@ class Progress:
         kind = event.get("event")
         if kind == "model_action":
             if not event.get("final"):  # the final-answer round after a limit is not one more turn
-                self.turns = max(self.turns, int(event.get("turn") or 0))
+                turn = int(event.get("turn") or 0)
+                if turn != self.turns:
+                    self._turn_text = ""
+                if len(self._turn_text) < ACTION_TEXT_MAX:  # a reply continued without end is no action anyway
+                    self._turn_text += str(event.get("text", ""))
+                self.turns = max(self.turns, turn)
             self.last_action = str(event.get("text", ""))
         elif kind == "tool_call":
             self.tool_calls[str(event.get("tool"))] += 1
             # A repeat is counted whether or not a dedup guard stops it (break 03 removes that guard).
-            key = json.dumps([event.get("tool"), event.get("args")], sort_keys=True)
             if not event.get("forced"):
-                self.identical_calls += key in self._calls_seen
-                self._calls_seen.add(key)
+                self._repeat(_call_key(event.get("tool"), event.get("args")))
         elif kind == "tool_error":
             self.tool_errors += 1
         elif kind == "guard" and event.get("name") == "dedup":
             self.identical_calls += 1  # a repeat the guard answered from memory
+        elif kind == "guard" and event.get("name") in self.REFUSING:
+            self._refused()
         elif kind == "stop":
             self.stop = event
         self.tail.append(describe(event))
+
+    def _repeat(self, key: str) -> None:
+        self.identical_calls += key in self._calls_seen
+        self._calls_seen.add(key)
+
+    def _refused(self) -> None:
+        """The call a cap refused is the turn's action, read as the loop reads it: a repeat counts as one."""
+        from ..agent.actions import InvalidAction, parse_action
+
+        try:
+            action = parse_action(self._turn_text, first_turn=self.turns == 1, may_answer=True)
+        except InvalidAction:
+            return
+        if action.kind == "tool":
+            self.identical_calls += _call_key(action.tool, action.args) in self._calls_seen
+
+
+def _call_key(tool: Any, args: Any) -> str:
+    return json.dumps([tool, args], sort_keys=True)
 
 
 # --------------------------------------------------------------------------

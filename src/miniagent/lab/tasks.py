@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -414,6 +415,7 @@ def report(record: RunRecord, json_path: Path, svg_path: Path, brk: Break | None
 
 def tour(learner: str | None = None, *, as_json: bool = False, llm: str | None = None) -> list[dict]:
     """Run every break (predictions first when a learner is named), then one summary table."""
+    _state_readable(learner)  # a bad progress file stops the tour before its first run, not after the last
     console.quiet = as_json  # with --json, stdout carries the JSON and nothing else
     try:
         results = _tour_runs(learner, as_json, llm)
@@ -459,26 +461,90 @@ def _tour_runs(learner: str | None, as_json: bool, llm: str | None) -> list[dict
     return results
 
 
-def check_breaks(*, use_ci_models: bool = True, only: str | None = None, under_load: bool = False) -> int:
+def check_breaks(*, use_ci_models: bool = True, only: str | None = None, under_load: bool = False,
+                 root: Path = ROOT) -> int:
     """Maintainer check: every break applies, is caught by its guard tests, shows its symptom, reverts exactly.
 
+    First, every test a break names must exist and pass on the intact source; then each break must make its
+    guard tests, and separately its property tests, *fail* (pytest exit 1). Any other exit status is a
+    problem of the check itself, reported as such (see :func:`judge_pytest`).
     ``under_load``: another process keeps one core busy for the whole check (started here, always
     reaped here), and each run must still show its symptom, and its record must say the machine was busy.
     """
     failures: list[str] = []
-    original = source_digest(ROOT / "src")
-    selected = [find(only)] if only else catalogue()  # an unknown name is refused, never "all ok"
+    original = source_digest(root / "src")
+    selected = [find(only, root)] if only else catalogue(root)  # an unknown name is refused, never "all ok"
     with (busy_core() if under_load else contextlib.nullcontext()):
+        intact = _named_tests_on_intact_source(selected, root)
         for brk in selected:
-            problems, record = _check_one(brk, use_ci_models, under_load)
+            problems, record = intact.get(brk.id) or _check_one(brk, use_ci_models, under_load, root)
             status = "[green]ok[/]" if not problems else "[red]FAIL[/] " + escape("; ".join(problems))
             shown = f" [dim]({escape(summary(record))})[/]" if record is not None else ""
             console.print(f"{brk.id}: {status}{shown}")
             failures += [f"{brk.id}: {p}" for p in problems]
-    if source_digest(ROOT / "src") != original:
+    if source_digest(root / "src") != original:
         failures.append("the check changed src/")
     console.print(f"{len(failures)} problem(s)" if failures else "every break is caught and reverts cleanly")
     return 1 if failures else 0
+
+
+# What pytest's exit status means (pytest.ExitCode): only 1 says that tests ran and some failed.
+PYTEST_EXIT = {0: "every test passed", 1: "tests failed", 2: "interrupted", 3: "pytest's internal error",
+               4: "a usage error, e.g. a test id that does not exist", 5: "no test was collected"}
+
+
+def judge_pytest(proc: subprocess.CompletedProcess, what: str) -> str | None:
+    """None when ``what`` (run against a broken copy) failed as it must: pytest exit 1; else the problem.
+
+    Exit 0 means the break is not caught; 2-5 mean the check did not test anything, and say so."""
+    if proc.returncode == 1:
+        return None
+    if proc.returncode == 0:
+        return f"{what} pass with the break applied: the break is not caught"
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()][-3:]
+    return (f"the check is broken: {what} exited {proc.returncode} "
+            f"({PYTEST_EXIT.get(proc.returncode, 'not an exit status of pytest')}): {' | '.join(said)}")
+
+
+def _pytest(work: Path, tests: list[str], timeout_s: int, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout",
+                           str(timeout_s), *extra, *tests], cwd=work, capture_output=True, text=True,
+                          env={**_env(), "PYTHONPATH": str(work / "src")})
+
+
+def _work_copy(root: Path, prefix: str) -> Path:
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    shutil.copytree(root / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(root / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(root / "pyproject.toml", work / "pyproject.toml")  # markers and test paths
+    return work
+
+
+def _named_tests_on_intact_source(breaks: list[Break], root: Path) -> dict[str, tuple[list[str], None]]:
+    """{break id: (problems, None)} for the breaks whose named tests do not exist, or fail on the intact source.
+
+    One pytest run of every named test: each must be collected and pass, or "caught" would mean nothing."""
+    named = list(dict.fromkeys(t for brk in breaks for t in brk.tests))
+    work = _work_copy(root, "miniagent-check-intact-")
+    try:
+        proc = _pytest(work, named, 120, "-rfE")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if proc.returncode == 0:
+        return {}
+    out = proc.stdout + proc.stderr
+    missing = set(re.findall(r"not found: (?:\S*/)?(tests/\S+?)(?:\s|$)", out))
+    failed = set(re.findall(r"^(?:FAILED|ERROR) (tests/\S+?)(?: - |\s|$)", out, re.M))
+    problems: dict[str, tuple[list[str], None]] = {}
+    for brk in breaks:
+        said = [f"its test {t} does not exist (pytest: not found)" for t in brk.tests if t in missing]
+        said += [f"its test {t} fails on the intact source" for t in brk.tests
+                 if any(f == t or f.startswith(t + "[") for f in failed)]
+        if said:
+            problems[brk.id] = (said, None)
+    if not problems:  # the run failed and named no test of ours: report it as it is
+        problems = {brk.id: ([judge_pytest(proc, "the named tests on the intact source")], None) for brk in breaks}
+    return problems
 
 
 @contextlib.contextmanager
@@ -489,33 +555,24 @@ def busy_core() -> Iterator[subprocess.Popen]:
         yield spinner
 
 
-def _check_one(brk: Break, use_ci_models: bool, under_load: bool = False) -> tuple[list[str], RunRecord | None]:
+def _check_one(brk: Break, use_ci_models: bool, under_load: bool = False,
+               root: Path = ROOT) -> tuple[list[str], RunRecord | None]:
     problems = []
     record = None
-    work = Path(tempfile.mkdtemp(prefix=f"miniagent-check-{brk.id}-"))
+    work = _work_copy(root, f"miniagent-check-{brk.id}-")
     try:
-        shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")  # markers and test paths
         before = source_digest(work / "src")
+        env = {"PYTHONPATH": str(work / "src")}
         # 1. the patch applies to the current source
         applied = subprocess.run(["git", "apply", str(brk.patch)], cwd=work, capture_output=True, text=True)
         if applied.returncode != 0:
             return [f"patch does not apply: {applied.stderr.strip()}"], None
-        # 2. its guard tests catch it (they must fail against the broken copy)
-        env = {"PYTHONPATH": str(work / "src")}
-        tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "--timeout", "40", "-p", "no:cacheprovider",
-                                *brk.tests], cwd=work, capture_output=True, text=True, env={**_env(), **env})
-        if tests.returncode == 0:
-            problems.append("the guard tests pass with the break applied: the break is not caught")
+        # 2. its guard tests catch it: they must fail against the broken copy (pytest exit 1, nothing else)
+        problems += filter(None, [judge_pytest(_pytest(work, brk.tests, 40, "-x"), "the guard tests")])
         # 2b. and so do its property tests on their own (generated worlds, not hand-picked ones)
         properties = property_tests(brk)
         if properties:
-            caught = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "--timeout", "120", "-p",
-                                     "no:cacheprovider", *properties], cwd=work, capture_output=True, text=True,
-                                    env={**_env(), **env})
-            if caught.returncode == 0:
-                problems.append("the property tests pass with the break applied: no generated world catches it")
+            problems += filter(None, [judge_pytest(_pytest(work, properties, 120, "-x"), "the property tests")])
         else:
             problems.append("no property test is named in [check] tests")
         # 3. the harness observes the declared symptom
