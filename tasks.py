@@ -7,6 +7,8 @@ runs here is exactly what the tests exercise.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import shlex
 import shutil
 import sys
@@ -19,25 +21,25 @@ ROOT = Path(__file__).resolve().parent
 PY = shlex.quote(sys.executable)
 
 
-def _run(c, command: str, *, pty: bool = False, trace: Path | None = None) -> int:
+def _run(c, command: str, *, pty: bool = False, trace: Path | None = None, who: str = "process") -> int:
     """Run a command from the repo root; exit with its status, without invoke's traceback.
 
     A death by signal (a crash in llama.cpp, say) is named in one clear report, in the learner's language,
     and exits 128 + the signal's number, as a shell does; ``trace`` (the agent's trace file) tells how far
-    its loop got."""
+    its loop got; ``who`` names what died (agent, tests, bench, process)."""
     with c.cd(str(ROOT)):
         result = c.run(command, warn=True, pty=pty)
     if result is None:
         return 0
     if result.exited is not None and result.exited < 0:
-        _report_crash(result, trace)
+        _report_crash(result, trace, who)
         sys.exit(128 - result.exited)
     if result.exited:
         sys.exit(result.exited)
     return 0
 
 
-def _report_crash(result, trace: Path | None) -> None:
+def _report_crash(result, trace: Path | None, who: str) -> None:
     from miniagent.lab import crash
     from miniagent.lab.harness import Progress, TraceFollower
     from miniagent.lab.tasks import report_lang
@@ -48,7 +50,7 @@ def _report_crash(result, trace: Path | None) -> None:
             progress.add(event, 0.0)
     started = None if trace is None else progress.first_event_at is not None
     lines = crash.describe(crash.signal_name(result.exited), loop_started=started, turns=progress.turns,
-                           stderr_lines=(result.stderr or "").splitlines(), lang=report_lang())
+                           stderr_lines=(result.stderr or "").splitlines(), lang=report_lang(), who=who)
     print("\n".join(f"miniagent: {line}" if i == 0 else line for i, line in enumerate(lines)), file=sys.stderr)
 
 
@@ -76,7 +78,7 @@ def _flags(**values) -> str:
     return " ".join(parts)
 
 
-# The model options of the CLI, the same on `invoke ask`, `eval` and `exp` (see TutorConfig).
+# The model options of the CLI, the same on `invoke ask`, `eval` and `exp` (see TutorConfig): declared here once.
 MODEL_HELP = {
     "llm": "llama (default) | openai | scripted:<behaviour>",
     "model": "path of another GGUF file (with --llm openai: the tokenizer of the model the server serves)",
@@ -89,18 +91,29 @@ MODEL_HELP = {
     "openai_model": "model name the server expects (default 'local')",
     "openai_response_format": "greedy only: auto (default) | json_schema | json_object",
     "openai_max_retries": "retries when the model server is unreachable or busy (default 2)",
+    "openai_startup_s": "seconds each start-up request to the model server may take (default 10)",
     "model_wall_clock_s": "seconds the run may wait for the model apart from wall_clock_s (0 = counted in it)",
     "llama_amx": "llama.cpp's AMX path: auto (default: off where the CPU reports AMX) | on | off",
 }
 
 
-def _model_flags(**values) -> str:
-    unknown = set(values) - set(MODEL_HELP)
-    assert not unknown, unknown
-    return _flags(**values)
+def with_model_options(body):
+    """The task takes every model option as a flag (None: not given) and gets them as ``options={name: value}``."""
+    signature = inspect.signature(body)
+    own = [p for name, p in signature.parameters.items() if name != "options"]
+    options = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None) for name in MODEL_HELP]
+
+    @functools.wraps(body)
+    def task_body(c, *args, **kwargs):
+        chosen = {name: kwargs.pop(name, None) for name in MODEL_HELP}
+        return body(c, *args, options=chosen, **kwargs)
+
+    del task_body.__wrapped__  # invoke reads the signature below, not the body's
+    task_body.__signature__ = signature.replace(parameters=[*own, *options])
+    return task_body
 
 
-@task(help={
+@task(auto_shortflags=False, help={
     "question": "the grammar question, e.g. 'What is the past simple of go for she?'",
     "max_turns": "turn cap (default 6)",
     "max_tool_calls": "tool-call cap (default 4)",
@@ -110,42 +123,30 @@ def _model_flags(**values) -> str:
     "trace": "write JSON-lines events to FILE ('-' for stdout)",
     "json": "print the outcome as JSON",
 })
-def ask(c, question, max_turns=None, max_tool_calls=None, wall_clock_s=None, tool_timeout_s=None,
-        llm=None, model=None, decode=None, max_action_tokens=None, n_ctx=None, n_threads=None, cache_dir=None,
-        openai_base_url=None, openai_model=None, openai_response_format=None, openai_max_retries=None,
-        model_wall_clock_s=None, llama_amx=None, trace=None, json=False):
+@with_model_options
+def ask(c, question, max_turns=None, max_tool_calls=None, wall_clock_s=None, tool_timeout_s=None, trace=None,
+        json=False, options=None):
     """Ask the grammar tutor one question (real local model + real MCP server)."""
     flags = _flags(max_turns=max_turns, max_tool_calls=max_tool_calls, wall_clock_s=wall_clock_s,
-                   tool_timeout_s=tool_timeout_s, json=json)
-    flags += " " + _model_flags(
-        llm=llm, model=model, decode=decode, max_action_tokens=max_action_tokens, n_ctx=n_ctx, n_threads=n_threads,
-        cache_dir=cache_dir, openai_base_url=openai_base_url, openai_model=openai_model,
-        openai_response_format=openai_response_format, openai_max_retries=openai_max_retries,
-        model_wall_clock_s=model_wall_clock_s, llama_amx=llama_amx)
+                   tool_timeout_s=tool_timeout_s, json=json, **options)
     with _agent_trace(trace) as (trace_file, trace_flag):
         _run(c, f"{PY} -m miniagent ask {shlex.quote(question)} {flags} {_flags(trace=trace_flag)}",
-             trace=trace_file)
+             trace=trace_file, who="agent")
 
 
-@task(name="eval", help={
+@task(name="eval", auto_shortflags=False, help={
     "set": "JSON-lines eval set (default labs/01-tutor-end-to-end/eval.jsonl)",
     "limit": "only the first N items",
     "wall_clock_s": "time budget of each run in seconds (default 20)",
     **MODEL_HELP,
     "json": "print one JSON object (accuracy, n, items...)",
 })
-def eval_(c, set=None, limit=None, wall_clock_s=None, llm=None, model=None, decode=None, max_action_tokens=None,  # noqa: A002
-          n_ctx=None, n_threads=None, cache_dir=None, openai_base_url=None, openai_model=None,
-          openai_response_format=None, openai_max_retries=None, model_wall_clock_s=None, llama_amx=None, json=False):
+@with_model_options
+def eval_(c, set=None, limit=None, wall_clock_s=None, json=False, options=None):  # noqa: A002
     """Score the tutor on an eval set: per-item table, accuracy, stop reasons, latency p50/p95."""
-    flags = _flags(set=set, limit=limit, wall_clock_s=wall_clock_s, json=json)
-    flags += " " + _model_flags(
-        llm=llm, model=model, decode=decode, max_action_tokens=max_action_tokens, n_ctx=n_ctx, n_threads=n_threads,
-        cache_dir=cache_dir, openai_base_url=openai_base_url, openai_model=openai_model,
-        openai_response_format=openai_response_format, openai_max_retries=openai_max_retries,
-        model_wall_clock_s=model_wall_clock_s, llama_amx=llama_amx)
+    flags = _flags(set=set, limit=limit, wall_clock_s=wall_clock_s, json=json, **options)
     with _agent_trace(None) as (trace_file, trace_flag):
-        _run(c, f"{PY} -m miniagent eval {flags} {_flags(trace=trace_flag)}", trace=trace_file)
+        _run(c, f"{PY} -m miniagent eval {flags} {_flags(trace=trace_flag)}", trace=trace_file, who="agent")
 
 
 @task(help={"k": "only tests matching this expression", "quick": "skip the real-model tests"})
@@ -156,7 +157,7 @@ def test(c, k=None, quick=False):
         selection.append(f"-k {shlex.quote(k)}")
     if quick:
         selection.append("-m 'not real_model'")
-    _run(c, f"{PY} -m pytest -q {' '.join(selection)}")
+    _run(c, f"{PY} -m pytest -q {' '.join(selection)}", who="tests")
 
 
 @task(help={"json": "print the figures as JSON",
@@ -171,7 +172,7 @@ def bench(c, json=False, only=None, amx=None, load=None, runs=None, save=None):
     flags = [_flags(json=json, only=only, runs=runs, save=save)]
     flags += [f"--amx {shlex.quote(a.strip())}" for a in (amx or "").split(",") if a.strip()]
     flags += [f"--load {loads.get(x.strip(), shlex.quote(x.strip()))}" for x in (load or "").split(",") if x.strip()]
-    _run(c, f"{PY} -m miniagent.lab.bench {' '.join(flags)}")
+    _run(c, f"{PY} -m miniagent.lab.bench {' '.join(flags)}", who="bench")
 
 
 @task
@@ -198,6 +199,27 @@ def _refuse(err: Exception) -> None:
     sys.exit(2)
 
 
+def _errors():
+    """The learner-facing refusals: a clear message and exit status 2, never a traceback."""
+    from miniagent.lab.breaks import BreakError
+    from miniagent.lab.notebook import PredictionError
+    from miniagent.lab.progress import StateError
+
+    return BreakError, PredictionError, StateError, ValueError
+
+
+def refusing(body):
+    """One refusal path for every task: a learner-facing error becomes one line and exit status 2."""
+    @functools.wraps(body)
+    def task_body(*args, **kwargs):
+        try:
+            return body(*args, **kwargs)
+        except _errors() as err:
+            _refuse(err)
+
+    return task_body
+
+
 @task
 def breaks(c):
     """List the break catalogue with a one-line description each."""
@@ -208,117 +230,87 @@ LEARNER_HELP = "your name, your folder under learners/ (remembered: needed once)
 LANG_HELP = "en | es (default: the language of your notebook)"
 
 
-def _errors():
-    """The learner-facing refusals: a clear message and exit status 2, never a traceback."""
-    from miniagent.lab.breaks import BreakError
-    from miniagent.lab.notebook import PredictionError
-    from miniagent.lab.progress import StateError
-
-    return BreakError, PredictionError, StateError, ValueError
-
-
 def _who(learner, required=False):
     """The learner named here, else the one who ran a command last (None, or a refusal if required)."""
     from miniagent.lab.progress import resolve_learner
 
-    try:
-        return resolve_learner(ROOT, learner, required=required)
-    except ValueError as err:
-        _refuse(err)
+    return resolve_learner(ROOT, learner, required=required)
 
 
 @task(name="break", positional=["variant"], help={
     "variant": "a break: alias (no-cap), id (00-no-cap) or number (00)", "learner": LEARNER_HELP})
+@refusing
 def break_(c, variant, learner=None):
     """Apply a break to your working tree (refuses, changing nothing, if your edits conflict)."""
-    try:
-        _lab().break_tree(variant, _who(learner))
-    except _errors() as err:
-        _refuse(err)
+    _lab().break_tree(variant, _who(learner))
 
 
 @task(positional=["variant"], help={"variant": "the break to revert", "learner": LEARNER_HELP})
+@refusing
 def fix(c, variant, learner=None):
     """Revert a break exactly (refuses if you edited the same lines since)."""
-    try:
-        _lab().fix_tree(variant, _who(learner))
-    except _errors() as err:
-        _refuse(err)
+    _lab().fix_tree(variant, _who(learner))
 
 
 @task(positional=["variant"], help={"variant": "a break (alias, id or number), or 'all' for every guard test",
                                     "dry_run": "only list the guard tests, without running them",
                                     "learner": LEARNER_HELP})
+@refusing
 def check(c, variant, dry_run=False, learner=None):
     """Run a break's guard tests against your own source: green means your fix holds."""
-    try:
-        code = _lab().check(variant, dry_run=dry_run, learner=_who(learner))
-    except _errors() as err:
-        _refuse(err)
+    code = _lab().check(variant, dry_run=dry_run, learner=_who(learner))
     sys.exit(code)
 
 
 @task(positional=["variant"], help={"variant": "the break you are fixing", "learner": LEARNER_HELP,
                                     "lang": LANG_HELP})
+@refusing
 def hint(c, variant, learner=None, lang=None):
     """The next hint for a break: 1, then 2, then 3 (remembered in your progress)."""
-    try:
-        _lab().hint(variant, _who(learner, required=True), lang)
-    except _errors() as err:
-        _refuse(err)
+    _lab().hint(variant, _who(learner, required=True), lang)
 
 
 @task(help={"learner": LEARNER_HELP, "lang": LANG_HELP})
+@refusing
 def progress(c, learner=None, lang=None):
     """Every break with your state (predicted, run, broken, fixed, hints) and what to do next."""
-    try:
-        _lab().progress_report(_who(learner, required=True), lang)
-    except _errors() as err:
-        _refuse(err)
+    _lab().progress_report(_who(learner, required=True), lang)
 
 
 @task(name="next", help={"learner": LEARNER_HELP, "lang": LANG_HELP})
+@refusing
 def next_(c, learner=None, lang=None):
     """The next break to work on, with the commands for it."""
-    try:
-        _lab().next_break(_who(learner, required=True), lang)
-    except _errors() as err:
-        _refuse(err)
+    _lab().next_break(_who(learner, required=True), lang)
 
 
 @task(positional=["variant"], help={"variant": "the break whose guard tests to run (or 'all')",
                                     "learner": LEARNER_HELP, "lang": LANG_HELP})
+@refusing
 def watch(c, variant, learner=None, lang=None):
     """Re-run a break's guard tests every time you save a file under src/ (Ctrl-C to stop)."""
-    try:
-        code = _lab().watch_tree(variant, _who(learner), lang)
-    except _errors() as err:
-        _refuse(err)
+    code = _lab().watch_tree(variant, _who(learner), lang)
     sys.exit(code)
 
 
 @task(positional=["variant"], help={"variant": "the break to put back to its intact source",
                                     "learner": LEARNER_HELP, "lang": LANG_HELP})
+@refusing
 def reset(c, variant, learner=None, lang=None):
     """Back to the intact source for this break only (your other edits stay; replaced lines are saved)."""
-    try:
-        _lab().reset_tree(variant, _who(learner), lang)
-    except _errors() as err:
-        _refuse(err)
+    _lab().reset_tree(variant, _who(learner), lang)
 
 
 @task(positional=["variant"], help={
     "variant": "the break to predict", "learner": LEARNER_HELP,
     "lang": "en | es: your notebook's language, chosen once (the first time; default en)"})
+@refusing
 def predict(c, variant, learner=None, lang=None):
     """Add a prediction section for a break to learners/NAME/notebook.md (never overwrites)."""
-    try:
-        _lab().predict(variant, _who(learner, required=True), lang)
-    except _errors() as err:
-        _refuse(err)
+    _lab().predict(variant, _who(learner, required=True), lang)
 
 
-@task(help={
+@task(auto_shortflags=False, help={
     "variant": "a break alias/id, or 'baseline' for the intact loop",
     "input": "the question (default: the break's own input)",
     "timeout": "seconds before the harness kills the run (default: the break's)",
@@ -327,32 +319,20 @@ def predict(c, variant, learner=None, lang=None):
     "learner": "compare with your prediction and append the observation to your notes",
     "json": "print the run record as JSON",
 })
-def exp(c, variant, input=None, timeout=None, llm=None, model=None, decode=None, max_action_tokens=None,  # noqa: A002
-        n_ctx=None, n_threads=None, cache_dir=None, openai_base_url=None, openai_model=None,
-        openai_response_format=None, openai_max_retries=None, model_wall_clock_s=None, llama_amx=None, learner=None,
-        json=False):
+@with_model_options
+@refusing
+def exp(c, variant, input=None, timeout=None, learner=None, json=False, options=None):  # noqa: A002
     """Run a variant from a sandbox copy under the harness: live panel, kill at timeout, report."""
-    from miniagent.lab.breaks import BreakError
-    from miniagent.lab.notebook import PredictionError
-
-    model_flags = shlex.split(_model_flags(
-        model=model, decode=decode, max_action_tokens=max_action_tokens, n_ctx=n_ctx, n_threads=n_threads,
-        cache_dir=cache_dir, openai_base_url=openai_base_url, openai_model=openai_model,
-        openai_response_format=openai_response_format, openai_max_retries=openai_max_retries,
-        model_wall_clock_s=model_wall_clock_s, llama_amx=llama_amx))
-    try:
-        record = _lab().exp(variant, question=input, timeout=float(timeout) if timeout else None, llm=llm,
-                            learner=learner, as_json=json, model_flags=model_flags)
-    except (BreakError, PredictionError, ValueError) as err:
-        _refuse(err)
-    if record is None:
-        sys.exit(1)
-    if record.signal:  # the report named the crash; the exit status says it too
+    llm = options.pop("llm")
+    record = _lab().exp(variant, question=input, timeout=float(timeout) if timeout else None, llm=llm,
+                        learner=learner, as_json=json, model_flags=shlex.split(_flags(**options)))
+    if record is None or record.signal:  # no prediction yet (it said how to write one), or a crash (reported)
         sys.exit(1)
 
 
 @task(help={"learner": "score your predictions", "json": "print all records as JSON",
             "llm": "run every break with this model instead of its own"})
+@refusing
 def tour(c, learner=None, json=False, llm=None):
     """The failure-mode tour: run every break, then a summary table (predicted vs observed)."""
     results = _lab().tour(learner, as_json=json, llm=llm)
@@ -363,14 +343,10 @@ def tour(c, learner=None, json=False, llm=None):
 @task(name="check-breaks", help={"real": "use each break's own model instead of the fast CI model",
                                  "only": "check one break",
                                  "under_load": "keep one core busy with another process during the whole check"})
+@refusing
 def check_breaks(c, real=False, only=None, under_load=False):
     """Maintainer check: each break applies, is caught by its tests, shows its symptom, reverts exactly."""
-    from miniagent.lab.breaks import BreakError
-
-    try:
-        sys.exit(_lab().check_breaks(use_ci_models=not real, only=only, under_load=under_load))
-    except BreakError as err:
-        _refuse(err)
+    sys.exit(_lab().check_breaks(use_ci_models=not real, only=only, under_load=under_load))
 
 
 @task(name="docs-results", help={"only": "one break only"})
@@ -403,14 +379,22 @@ def counterexamples(c, only=None):
     ce.write(ROOT / "docs_results", only=only)
 
 
-@task(help={"max_children": "mutants tested in parallel (default 2)"})
-def mutants(c, max_children=2):
-    """Mutation testing of src/miniagent/agent/ with the fast tests (mutmut; slow: not in CI)."""
+@task(help={"max_children": "mutants tested in parallel (default 2)",
+            "wing": "the wings to mutate, comma-separated: agent, models, tools, lab, cli, tasks (default: all)"})
+def mutants(c, max_children=2, wing=None):
+    """Mutation testing of the whole package, wing by wing, with each wing's tests (mutmut; slow: not in CI)."""
     from miniagent.lab import mutants as mm
 
-    result = mm.run(max_children=int(max_children))
-    print(mm.report(result))
-    sys.exit(1 if result["unexplained"] else 0)
+    wings = [w.strip() for w in str(wing).split(",") if w.strip()] if wing else list(mm.WINGS)
+    unknown = [w for w in wings if w not in mm.WINGS]
+    if unknown:
+        _refuse(f"no wing named {', '.join(unknown)}: the wings are {', '.join(mm.WINGS)}")
+    unexplained = 0
+    for name in wings:
+        result = mm.run(max_children=int(max_children), wing=name)
+        print(mm.report(result), flush=True)
+        unexplained += len(result["unexplained"])
+    sys.exit(1 if unexplained else 0)
 
 
 @task(name="class-load", help={

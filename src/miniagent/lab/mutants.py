@@ -1,12 +1,19 @@
-"""``invoke mutants``: mutation testing of the agent package, a maintainer's check (too slow for CI).
+"""``invoke mutants``: mutation testing of the whole package, wing by wing (a maintainer's check, too slow for CI).
 
-mutmut (3.x) changes ``src/miniagent/agent/`` one small edit at a time (a ``<`` for a ``<=``, a constant,
-a dropped call) and runs the fast tests that ``[tool.mutmut]`` in pyproject.toml names against each
-mutant.  A mutant the tests still pass with has *survived*: either a test is missing, or the change makes
-no difference anyone could see (``tests/mutants-explained.md`` lists those, with the reason).
+mutmut (3.x) changes the code one small edit at a time (a ``<`` for a ``<=``, a constant, a dropped call)
+and runs, against each mutant, the tests of :data:`WINGS` that reach the function it changed (mutmut
+records which tests call which function, once, before the mutants). A mutant the tests still pass with has
+*survived*: either a test is missing, or the change makes no difference anyone could see
+(``tests/mutants-explained.md`` lists those, with the reason).
 
-It runs in a throwaway copy of ``src/``, ``tests/`` and ``pyproject.toml`` (mutmut writes a ``mutants/``
-folder where it runs), so the repository is left as it was.
+What mutmut cannot see: a function that only a subprocess runs (the agent started as ``python -m
+miniagent``, the MCP server) is called by no test *in the test process*, so mutmut reports its mutants as
+"reached by no test" without running them. The subprocesses do run the mutant (``PYTHONPATH`` points at
+mutmut's copy, and the child inherits which mutant is under test), but mutmut never asks them; the
+end-to-end tests hold that code to account instead, and the report counts those mutants apart.
+
+It runs in a throwaway copy of ``src/``, ``tests/``, ``tasks.py`` and ``pyproject.toml`` (mutmut writes a
+``mutants/`` folder where it runs), so the repository is left as it was.
 """
 
 from __future__ import annotations
@@ -28,6 +35,30 @@ from .breaks import ROOT
 EXPLAINED = Path("tests") / "mutants-explained.md"
 LOG = Path(tempfile.gettempdir()) / "miniagent-mutants.log"
 
+# Each wing: what mutmut mutates, and the tests that hold it to account (mutmut runs, of these, the ones that
+# reach the mutated function). Tests that need the real model are left to the end-to-end runs, except the
+# models' own.
+WINGS: dict[str, tuple[list[str], list[str]]] = {
+    "agent": (["src/miniagent/agent/*"],
+              ["test_guards", "test_config", "test_properties", "test_properties_config", "test_settings_reach",
+               "test_properties_counts"]),
+    "models": (["src/miniagent/models/*"],
+               ["test_amx", "test_model_threads", "test_model_failures", "test_openai_backend", "test_shared_server",
+                "test_settings_reach"]),
+    "tools": (["src/miniagent/tools/*"],
+              ["test_conjugation", "test_verb_forms", "test_mcp_surface", "test_mcp_server", "test_properties_client",
+               "test_settings_reach"]),
+    "lab": (["src/miniagent/lab/*"],
+            ["test_harness", "test_notebook", "test_exercise_loop", "test_evaluation", "test_classload", "test_crash",
+             "test_properties_counts", "test_properties_edits", "test_properties_harness", "test_lab_output",
+             "test_breaks", "test_counterexamples", "test_tasks", "test_settings_reach"]),
+    "cli": (["src/miniagent/cli.py", "src/miniagent/processes.py", "src/miniagent/__main__.py"],
+            ["test_settings_reach", "test_crash", "test_tasks", "test_config", "test_mcp_server"]),
+    "tasks": (["tasks.py"], ["test_tasks", "test_docs_commands"]),
+}
+# Left out of every run: the slowest checks, each a whole tour of the breaks (the others hold the same code).
+DESELECT = "not maintainer_check and not fifty_killed_runs"
+
 
 def explained(root: Path = ROOT) -> list[str]:
     """The mutant names (or fnmatch patterns, ``*`` for any number) tests/mutants-explained.md lists.
@@ -36,49 +67,83 @@ def explained(root: Path = ROOT) -> list[str]:
     path = root / EXPLAINED
     if not path.is_file():
         return []
-    return re.findall(r"^- `(miniagent\.agent\.[^`]+)`", path.read_text(encoding="utf-8"), re.M)
+    return re.findall(r"^- `((?:miniagent|tasks)\.[^`]+)`", path.read_text(encoding="utf-8"), re.M)
 
 
 def is_explained(name: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def run(root: Path = ROOT, max_children: int = 2) -> dict:
-    """Run mutmut in a sandbox; returns the figures, the survivors and the diff of each."""
-    work = Path(tempfile.mkdtemp(prefix="miniagent-mutants-"))
+def mutmut_config(wing: str) -> str:
+    """The ``[tool.mutmut]`` table for one wing's run."""
+    paths, tests = WINGS[wing]
+    return "\n".join([
+        "[tool.mutmut]",
+        'source_paths = ["src", "tasks.py"]',
+        f"only_mutate = {json.dumps(paths)}",
+        f"pytest_add_cli_args_test_selection = {json.dumps([f'tests/{t}.py' for t in tests])}",
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout", "-q", "-m", "not slow", "-k", '
+        f'"{DESELECT}"]',
+    ]) + "\n"
+
+
+def _sandbox(root: Path, wing: str) -> Path:
+    work = Path(tempfile.mkdtemp(prefix=f"miniagent-mutants-{wing}-"))
+    shutil.copytree(root / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(root / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("tasks.py", "breaks", "labs", "docs", "docs_hooks", "docs_results", "learners", "mkdocs.yml",
+                 "README.md"):
+        source = root / name
+        if source.is_dir():
+            shutil.copytree(source, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.is_file():
+            shutil.copy(source, work / name)
+    project = (root / "pyproject.toml").read_text(encoding="utf-8")
+    project = re.sub(r"\n\[tool\.mutmut\]\n(?:(?!\n\[).)*", "\n", project, flags=re.S)
+    (work / "pyproject.toml").write_text(project.rstrip() + "\n\n" + mutmut_config(wing), encoding="utf-8")
+    return work
+
+
+def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
+    """Run mutmut on one wing in a sandbox; returns the figures, the survivors and the diff of each."""
+    if wing not in WINGS:
+        raise ValueError(f"wing must be one of {', '.join(WINGS)}, not {wing!r}")
+    work = _sandbox(root, wing)
     started = time.monotonic()
     try:
-        shutil.copytree(root / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        shutil.copytree(root / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copy(root / "pyproject.toml", work / "pyproject.toml")
         env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
         env["HYPOTHESIS_PROFILE"] = "mutants"  # tests/conftest.py: 30 examples per property, derandomized
+        # a test's subprocess (the agent, the MCP server) imports mutmut's copy, and runs the same mutant
+        env["PYTHONPATH"] = os.pathsep.join([str(work / "mutants" / "src"), str(work / "mutants")])
         mutmut = [sys.executable, "-m", "mutmut"]
         with open(LOG, "w", encoding="utf-8") as log:  # mutmut's own progress and errors, kept after the run
             subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=work, env=env, stdout=log,
                            stderr=subprocess.STDOUT)
         subprocess.run([*mutmut, "export-cicd-stats"], cwd=work, env=env, capture_output=True)
         stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text(encoding="utf-8"))
-        listed = subprocess.run([*mutmut, "results"], cwd=work, env=env, capture_output=True, text=True).stdout
-        survivors = [name for name, status in re.findall(r"^\s*(\S+): (.+?)\s*$", listed, re.M)
-                     if status in ("survived", "no tests")]
+        listed = subprocess.run([*mutmut, "results", "--all", "true"], cwd=work, env=env, capture_output=True,
+                                text=True).stdout
+        statuses = dict(re.findall(r"^\s*(\S+): (.+?)\s*$", listed, re.M))
+        survivors = [name for name, status in statuses.items() if status == "survived"]
+        untested = [name for name, status in statuses.items() if status == "no tests"]
         diffs = {name: subprocess.run([*mutmut, "show", name], cwd=work, env=env, capture_output=True,
                                       text=True).stdout for name in survivors}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    tested = stats["total"] - stats.get("skipped", 0)
+    tested = stats["total"] - stats.get("skipped", 0) - stats.get("no_tests", 0)
     score = 100.0 * (stats["killed"] + stats.get("timeout", 0)) / tested if tested else 0.0
-    return {"date": f"{datetime.now():%Y-%m-%d}", "seconds": round(time.monotonic() - started), "stats": stats,
-            "score": round(score, 1), "survivors": survivors, "diffs": diffs,
+    return {"wing": wing, "date": f"{datetime.now():%Y-%m-%d}", "seconds": round(time.monotonic() - started),
+            "stats": stats, "score": round(score, 1), "survivors": survivors, "untested": untested, "diffs": diffs,
             "unexplained": [name for name in survivors if not is_explained(name, explained(root))]}
 
 
 def report(result: dict) -> str:
     s = result["stats"]
     unchecked = s["total"] - s["killed"] - s["survived"] - s["no_tests"] - s.get("timeout", 0) - s.get("skipped", 0)
-    lines = [f"mutation score {result['score']:.1f} % ({s['killed'] + s.get('timeout', 0)} of "
-             f"{s['total'] - s.get('skipped', 0)} mutants killed; {s['survived']} survived, {s['no_tests']} "
-             f"reached by no test) on {result['date']}, in {result['seconds']} s",
+    lines = [f"{result['wing']}: mutation score {result['score']:.1f} % ({s['killed'] + s.get('timeout', 0)} of "
+             f"{s['total'] - s.get('skipped', 0) - s['no_tests']} mutants that a test reaches killed; "
+             f"{s['survived']} survived; {s['no_tests']} reached by no test in the test process) on "
+             f"{result['date']}, in {result['seconds']} s",
              f"mutmut's figures: {json.dumps(s)}; its log: {LOG}"
              + (f" ({unchecked} mutants were not tested: see the log)" if unchecked else ""),
              f"survivors not explained in {EXPLAINED}: {len(result['unexplained'])}"]

@@ -1,0 +1,156 @@
+"""The invoke layer: every task exits with its command's status, and refuses bad learner state the same way.
+
+A failing `invoke test` that exited 0 would make CI green on a red suite; a task that let a damaged
+progress.json through as a traceback would teach that the lab's own tools fail untidily.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from invoke import Context
+
+from miniagent.lab import progress
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import tasks  # noqa: E402  the repository's tasks.py
+
+DAMAGED = b'{"version": 1, "breaks": {"00-no-cap": {"hints": 1}},}'
+
+
+class Result:
+    def __init__(self, exited: int, stderr: str = "") -> None:
+        self.exited, self.stderr = exited, stderr
+
+
+class FakeContext(Context):
+    """Runs nothing: every command "exits" with the status the test chose, and is remembered."""
+
+    def __init__(self, exited: int, stderr: str = "") -> None:
+        super().__init__()
+        self.result = Result(exited, stderr)
+        self.commands: list[str] = []
+
+    def run(self, command, **kwargs):
+        self.commands.append(command)
+        return self.result
+
+
+# The tasks whose work is one command: their exit status must be that command's.
+COMMAND_TASKS = {
+    "test": lambda c: tasks.test(c),
+    "test --quick": lambda c: tasks.test(c, quick=True),
+    "bench": lambda c: tasks.bench(c, only="c", amx="on,off"),
+    "docs": lambda c: tasks.docs(c),
+    "docs-build": lambda c: tasks.docs_build(c),
+    "docs-check": lambda c: tasks.docs_check(c),
+    "ask": lambda c: tasks.ask(c, "What is the past simple of go for she?", llm="scripted:oracle"),
+    "eval": lambda c: tasks.eval_(c, llm="scripted:oracle"),
+}
+
+
+def exit_status(call) -> int:
+    try:
+        call()
+    except SystemExit as done:
+        return 0 if done.code is None else done.code
+    return 0
+
+
+@pytest.mark.parametrize("name", sorted(COMMAND_TASKS))
+@given(status=st.one_of(st.integers(0, 255), st.sampled_from([-signal.SIGSEGV, -signal.SIGKILL, -signal.SIGABRT])))
+def test_a_task_exits_with_its_commands_status(name, status):
+    c = FakeContext(status, stderr="Fatal Python error: Segmentation fault\n")
+    code = exit_status(lambda: COMMAND_TASKS[name](c))
+    assert c.commands, "the task ran its command"
+    assert code == (status if status >= 0 else 128 - status), (name, status, code)
+
+
+def test_a_crashed_command_is_named_once_and_clearly(capsys):
+    code = exit_status(lambda: tasks.test(FakeContext(-signal.SIGSEGV, "Fatal Python error: Segmentation fault\n")))
+    assert code == 139
+    err = capsys.readouterr().err
+    assert err.startswith("miniagent: CRASHED: the test run (pytest) died of SIGSEGV (signal 11, a segmentation "
+                          "fault).")
+    assert err.count("CRASHED") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name, lab_function, call", [
+    ("check", "check", lambda: tasks.check(Context(), "no-cap")),
+    ("watch", "watch_tree", lambda: tasks.watch(Context(), "no-cap")),
+    ("check-breaks", "check_breaks", lambda: tasks.check_breaks(Context(), only="no-cap")),
+])
+@pytest.mark.parametrize("status", [0, 1, 2, 4, 5])
+def test_an_in_process_task_exits_with_the_status_its_check_returned(monkeypatch, name, lab_function, call, status):
+    from miniagent.lab import tasks as lab
+
+    monkeypatch.setattr(lab, lab_function, lambda *args, **kwargs: status)
+    assert exit_status(call) == status
+
+
+def test_mutants_exit_1_when_a_survivor_is_unexplained(monkeypatch):
+    from miniagent.lab import mutants
+
+    for unexplained, status in (([], 0), (["x"], 1)):
+        monkeypatch.setattr(mutants, "run", lambda **kw: {"unexplained": unexplained})
+        monkeypatch.setattr(mutants, "report", lambda result: "")
+        assert exit_status(lambda: tasks.mutants(Context())) == status
+
+
+LEARNER_TASKS = {
+    "break": lambda who: tasks.break_(Context(), "no-cap", learner=who),
+    "fix": lambda who: tasks.fix(Context(), "no-cap", learner=who),
+    "reset": lambda who: tasks.reset(Context(), "no-cap", learner=who),
+    "check": lambda who: tasks.check(Context(), "no-cap", learner=who),
+    "hint": lambda who: tasks.hint(Context(), "no-cap", learner=who),
+    "progress": lambda who: tasks.progress(Context(), learner=who),
+    "next": lambda who: tasks.next_(Context(), learner=who),
+    "predict": lambda who: tasks.predict(Context(), "no-cap", learner=who),
+    "watch": lambda who: tasks.watch(Context(), "no-cap", learner=who),
+    "exp": lambda who: tasks.exp(Context(), "no-cap", learner=who, llm="scripted:oracle"),
+    "tour": lambda who: tasks.tour(Context(), learner=who, llm="scripted:oracle"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEARNER_TASKS))
+def test_every_learner_task_refuses_a_damaged_progress_file_and_changes_nothing(name, learner, capsys):
+    path = progress.state_path(ROOT, learner)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(DAMAGED)
+    src = {p: p.read_bytes() for p in (ROOT / "src").rglob("*.py")}
+    assert exit_status(lambda: LEARNER_TASKS[name](learner)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("miniagent: ") and str(path) in err and "Traceback" not in err, err
+    assert path.read_bytes() == DAMAGED
+    assert {p: p.read_bytes() for p in (ROOT / "src").rglob("*.py")} == src, "a refused command changed src/"
+
+
+@pytest.mark.parametrize("option", sorted(tasks.MODEL_HELP))
+def test_every_model_option_of_a_task_reaches_the_agents_command_line(option, monkeypatch):
+    """`invoke ask/eval/exp --OPTION V` gives the agent `--OPTION V` (exp: through its run's flags)."""
+    from miniagent.cli import build_parser
+
+    from test_settings_reach import VALUES
+
+    flag, value = "--" + option.replace("_", "-"), str(VALUES[option])
+    for call in (lambda c: tasks.ask(c, "q", **{option: value}), lambda c: tasks.eval_(c, **{option: value})):
+        c = FakeContext(0)
+        call(c)
+        words = c.commands[-1].split()
+        assert words[words.index(flag) + 1] == value, c.commands[-1]
+    assert str(getattr(build_parser().parse_args(["ask", "q", flag, value]), option)) == value, "the agent takes it"
+    from miniagent.lab import tasks as lab
+
+    given: dict = {}
+    monkeypatch.setattr(lab, "exp", lambda variant, **kwargs: given.update(kwargs))
+    exit_status(lambda: tasks.exp(Context(), "no-cap", **{option: value}))
+    if option == "llm":
+        assert given["llm"] == value
+    else:
+        assert given["model_flags"][given["model_flags"].index(flag) + 1] == value
