@@ -13,7 +13,7 @@ from miniagent.lab.evaluation import EvalSetError, accepted_forms, is_correct, l
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = ROOT / "labs" / "01-tutor-end-to-end"
-SETS = ["eval.jsonl", "heldout.jsonl", "fresh.jsonl"]
+SETS = ["eval.jsonl", "heldout.jsonl", "fresh.jsonl", "unseen.jsonl"]
 
 
 @pytest.mark.parametrize(("answer", "accept"), [
