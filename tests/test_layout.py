@@ -82,3 +82,17 @@ def test_the_check_sees_a_wrong_import(tmp_path):
     planted.write_text((PACKAGE / "agent" / "loop.py").read_text(encoding="utf-8") + "\nfrom ..lab import harness\n")
     upward = [m for m in imported_modules(planted, tmp_path / "miniagent") if wing_of(m) not in MAY_IMPORT["agent"]]
     assert upward == ["miniagent.lab"]
+
+
+def _docstrings(tree: ast.AST) -> list[str]:
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))]
+    return [doc for doc in (ast.get_docstring(n, clean=False) for n in nodes) if doc]
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")) + [PACKAGE.parents[1] / "tasks.py"],
+                         ids=lambda p: str(p.relative_to(PACKAGE.parents[1])))
+def test_every_docstring_is_text_python_3_13_can_compile(path):
+    # Python 3.13 cleans docstrings as UTF-8 when it compiles them: a lone surrogate written as an escape in
+    # a docstring ("go\ud800") made `import miniagent.tools.mcp_client` fail there, and nowhere else.
+    for doc in _docstrings(ast.parse(path.read_text(encoding="utf-8"))):
+        doc.encode("utf-8")

@@ -32,7 +32,7 @@ recoverable), and a dead process or a broken connection is
 :class:`ServerFailed` (terminal).
 
 Arguments are checked before anything is sent: they must be JSON values whose
-text is valid Unicode.  An unpaired UTF-16 surrogate (``"go\ud800"``) passes
+text is valid Unicode.  An unpaired UTF-16 surrogate (``"go\\ud800"``) passes
 Python's ``str`` but cannot be encoded as UTF-8; sent as is, it makes the SDK's
 writer task fail, which ends the whole session.  Refused up front, it is a
 ``ToolError`` and the session is untouched.  Should the session still end on the
