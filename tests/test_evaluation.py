@@ -133,3 +133,14 @@ def test_missing_and_empty_files(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n", encoding="utf-8")
     with pytest.raises(EvalSetError, match="no items"):
         load_eval_set(tmp_path / "empty.jsonl")
+
+
+def test_eval_writes_every_runs_events_to_the_trace_it_is_given(tmp_path):
+    # --trace is a flag of `eval` as of `ask`: it must not be parsed and dropped
+    trace = tmp_path / "eval.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "miniagent", "eval", "--llm", "scripted:oracle", "--limit", "3",
+                           "--json", "--trace", str(trace)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    assert [e["event"] for e in events].count("run_start") == 3
+    assert [e["stop_reason"] for e in events if e["event"] == "stop"] == ["answered"] * 3

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..agent.config import TutorConfig
+from ..agent.trace import Trace
 
 DEFAULT_SET = Path("labs/01-tutor-end-to-end/eval.jsonl")
 _FORMAT = '{"question": "...", "accept": ["she went", ...]}'
@@ -134,13 +135,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def run_eval(items: list[EvalItem], config: TutorConfig) -> dict:
+def run_eval(items: list[EvalItem], config: TutorConfig, trace: Trace | None = None) -> dict:
+    """Ask every item in one session; ``trace`` (optional) receives every run's events, one run after another."""
     from .session import TutorSession
 
     logging.getLogger("miniagent").setLevel(logging.WARNING)  # the table says it all, not 30 log lines
     started = time.monotonic()
     results = []
-    with TutorSession(config) as session:
+    with TutorSession(config, trace) as session:
         ready = time.monotonic() - started
         for item in items:
             outcome = session.ask(item.question)
@@ -197,7 +199,12 @@ def run_eval_cli(args, config: TutorConfig) -> int:
         return 2
     if args.limit:
         items = items[: args.limit]
-    report = run_eval(items, config)
+    trace = Trace.to_path(args.trace) if args.trace else None
+    try:
+        report = run_eval(items, config, trace)
+    finally:
+        if trace is not None:
+            trace.close()
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:
