@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,12 @@ from miniagent.agent.trace import Trace
 from miniagent.lab import progress
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# A suite started in the background of a non-interactive shell (`nohup invoke test &`, some CI runners) inherits
+# SIGINT ignored, and so would every process it starts: the Ctrl-C tests would then test how the suite was
+# started, not the lab (seen here: seven of them failed, and only in such a run). Python's own Ctrl-C, always.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 WALL_CLOCK_GRACE_S = 0.5
 
