@@ -77,6 +77,21 @@ def test_server_pid_is_a_live_child_while_open(client):
     assert client.server_pid in {p.pid for p in psutil.Process().children(recursive=True)}
 
 
+def test_the_server_leads_its_own_group_and_inherits_only_safe_variables(monkeypatch):
+    # Like the SDK's stdio client: a Ctrl-C in the terminal does not reach the server (the client stops it),
+    # and our environment (a fault setting of the lab, say) reaches it only where the client passes it.
+    monkeypatch.setenv("MINIAGENT_FAULT_HANG_ON", "see")
+    monkeypatch.setenv("PATH", os.environ.get("PATH", "") + os.pathsep + "/nonexistent-marker")
+    with MCPClient(env={"MINIAGENT_PASSED": "1"}, timeout=30) as c:
+        server = psutil.Process(c.server_pid)
+        assert os.getpgid(server.pid) == server.pid != os.getpgid(0)
+        env = server.environ()
+        assert c.call("conjugate", SEE)  # the hang fault of our environment did not reach it
+    assert "MINIAGENT_FAULT_HANG_ON" not in env and env["MINIAGENT_PASSED"] == "1"
+    assert env["PATH"].endswith("/nonexistent-marker")
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(__file__).resolve().parents[1] / "src")
+
+
 # -- bad arguments: a tool error naming the options, and the server stays up --
 
 TENSE_LIST = "present perfect continuous"  # only present when the tenses are listed

