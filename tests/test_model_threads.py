@@ -67,3 +67,32 @@ def test_a_program_spinning_elsewhere_is_seen():
         spinner.kill()
         psutil.wait_procs([spinner], timeout=5)  # init reaps it; gone (or a zombie) is enough
         assert not spinner.is_running() or spinner.status() == psutil.STATUS_ZOMBIE
+
+
+def test_only_a_model_run_here_gets_its_threads_measured(monkeypatch):
+    monkeypatch.setattr(models, "busy_elsewhere", lambda window=0.25: 0.0)
+    monkeypatch.setattr(models, "usable_cpus", lambda: 2)
+    assert models.threads_for(load_config(cli={"llm": "scripted:oracle"})) is None
+    assert models.threads_for(load_config(cli={"llm": "openai"})) is None
+    assert models.threads_for(load_config(cli={"llm": "llama", "n_threads": 3})) == (3, "")
+    assert models.threads_for(load_config(cli={"llm": "llama"}))[0] == 2
+
+
+def test_the_threads_are_measured_before_anything_of_the_run_starts(monkeypatch):
+    # The measurement counts other programs' CPU: the MCP server importing its SDK meanwhile would crowd
+    # them out of the cores and hide them, so the server is spawned only once it is done.
+    from miniagent.lab import session as session_module
+    from miniagent.models.scripted import ScriptedBackend
+
+    order: list[str] = []
+    monkeypatch.setattr(session_module, "threads_for", lambda config: order.append("measure") or (1, "measured"))
+    monkeypatch.setattr(session_module.MCPClient, "start", lambda self: order.append("server") or self)
+
+    def make_backend(config, threads):
+        order.append(f"model {threads}")
+        return ScriptedBackend("oracle")
+
+    monkeypatch.setattr(session_module, "make_backend", make_backend)
+    with session_module.TutorSession(load_config(cli={"llm": "scripted:oracle"})):
+        pass
+    assert order[0] == "measure" and sorted(order[1:]) == ["model (1, 'measured')", "server"]

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from ..agent.ports import Backend
-from ..models import make_backend
+from ..models import make_backend, threads_for
 from ..agent.config import TutorConfig
 from ..agent.loop import Outcome, grammar_tutor
 from ..processes import wait_result
@@ -31,8 +31,9 @@ class TutorSession:
                                timeout=self.config.tool_timeout_s)
         pool = ThreadPoolExecutor(max_workers=1)
         try:
+            threads = threads_for(self.config)  # first: while nothing of ours competes for the cores
             server_started = pool.submit(self.tools.start)
-            self.model = make_backend(self.config)
+            self.model = make_backend(self.config, threads)
             wait_result(server_started, None)  # woken often: a Ctrl-C during start-up ends it at once
         except BaseException:
             # Ctrl-C or SIGTERM during start-up: close() stops a server that is still starting.

@@ -16,14 +16,24 @@ from ..agent.ports import Backend
 log = logging.getLogger("miniagent")
 
 
-def make_backend(config) -> Backend:
-    """Build the backend the config names (``llm``)."""
+def threads_for(config) -> tuple[int, str] | None:
+    """``(threads, why)`` for the backend ``config`` names, measured now; None where it runs no model here.
+
+    Measured before anything else of the run starts: the measurement counts the CPU that other programs
+    use over a quarter of a second, and our own start-up (the MCP server importing its SDK) running at the
+    same time would crowd them out of the cores and hide them.
+    """
+    return choose_threads(config.n_threads) if config.llm.partition(":")[0] == "llama" else None
+
+
+def make_backend(config, threads: tuple[int, str] | None = None) -> Backend:
+    """Build the backend the config names (``llm``); ``threads`` as :func:`threads_for` measured it."""
     kind, _, detail = config.llm.partition(":")
     if kind == "llama":
         from .llama import LlamaBackend
         from .llama_params import choose_amx
 
-        n_threads, why = choose_threads(config.n_threads)
+        n_threads, why = threads or choose_threads(config.n_threads)
         backend = LlamaBackend(model_path=config.model or None, n_ctx=config.n_ctx,
                                n_threads=n_threads, max_action_tokens=config.max_action_tokens,
                                decode=config.decode, cache_dir=config.cache_dir or None,

@@ -3,8 +3,8 @@
 The agent loop is plain synchronous code; the MCP SDK is async.  The bridge:
 
 * one daemon thread per client runs an asyncio event loop;
-* one long-lived coroutine in it holds the SDK's ``stdio_client`` (which
-  spawns ``python -m miniagent.tools.server``) and ``ClientSession`` open;
+* one long-lived coroutine in it holds the SDK's ``ClientSession`` open
+  over the server's pipes (how the server is started: below);
 * each :meth:`MCPClient.call` submits ``session.call_tool`` to that loop with
   ``asyncio.run_coroutine_threadsafe`` and waits on the future with a
   timeout.  On timeout the future is cancelled, so the next call starts
@@ -30,8 +30,8 @@ recoverable), and a dead process or a broken connection is
 
 Arguments are checked before anything is sent: they must be JSON values whose
 text is valid Unicode.  An unpaired UTF-16 surrogate (``"go\\ud800"``) passes
-Python's ``str`` but cannot be encoded as UTF-8; sent as is, it makes the SDK's
-writer task fail, which ends the whole session.  Refused up front, it is a
+Python's ``str`` but cannot be encoded as UTF-8; sent as is, it makes the task
+that writes to the server's stdin fail, which ends the whole session.  Refused up front, it is a
 ``ToolError`` and the session is untouched.  Should the session still end on the
 client's side (its loop ending with an error while the server had not died),
 the next call stops what is left of that server and starts a new one, at most
