@@ -389,12 +389,14 @@ def mutants(c, max_children=2, wing=None):
     unknown = [w for w in wings if w not in mm.WINGS]
     if unknown:
         _refuse(f"no wing named {', '.join(unknown)}: the wings are {', '.join(mm.WINGS)}")
-    unexplained = 0
+    unexplained = broken = 0
     for name in wings:
         result = mm.run(max_children=int(max_children), wing=name)
         print(mm.report(result), flush=True)
         unexplained += len(result["unexplained"])
-    sys.exit(1 if unexplained else 0)
+        broken += result["problem"] is not None
+    # 2: the check itself failed (a wing tested nothing); 1: survivors nobody explained
+    sys.exit(2 if broken else 1 if unexplained else 0)
 
 
 @task(name="class-load", help={

@@ -7,6 +7,7 @@ progress.json through as a traceback would teach that the lab's own tools fail u
 from __future__ import annotations
 
 import signal
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -18,8 +19,13 @@ from invoke import Context
 from miniagent.lab import progress
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import tasks  # noqa: E402  the repository's tasks.py
+# The repository's tasks.py, loaded from its file: `import tasks` through sys.path fails inside mutmut's
+# sandbox (invoke mutants), where the same file is the one being mutated.
+if "tasks" not in sys.modules or Path(getattr(sys.modules["tasks"], "__file__", "")).resolve() != ROOT / "tasks.py":
+    _spec = importlib.util.spec_from_file_location("tasks", ROOT / "tasks.py")
+    sys.modules["tasks"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["tasks"])
+tasks = sys.modules["tasks"]
 
 DAMAGED = b'{"version": 1, "breaks": {"00-no-cap": {"hints": 1}},}'
 
@@ -94,13 +100,27 @@ def test_an_in_process_task_exits_with_the_status_its_check_returned(monkeypatch
     assert exit_status(call) == status
 
 
-def test_mutants_exit_1_when_a_survivor_is_unexplained(monkeypatch):
+def test_mutants_exit_1_when_a_survivor_is_unexplained_and_2_when_a_wing_tested_nothing(monkeypatch):
     from miniagent.lab import mutants
 
-    for unexplained, status in (([], 0), (["x"], 1)):
-        monkeypatch.setattr(mutants, "run", lambda **kw: {"unexplained": unexplained})
+    for unexplained, problem, status in (([], None, 0), (["x"], None, 1), ([], "mutmut exited with status 1", 2),
+                                         (["x"], "3 of 5 mutants were never tested", 2)):
+        monkeypatch.setattr(mutants, "run", lambda **kw: {"unexplained": unexplained, "problem": problem})
         monkeypatch.setattr(mutants, "report", lambda result: "")
         assert exit_status(lambda: tasks.mutants(Context())) == status
+
+
+def test_a_mutation_run_that_tested_nothing_is_a_broken_check_not_a_clean_one():
+    # seen: mutmut stopped before its first mutant (a test file did not import), and the wing read 0 survivors
+    from miniagent.lab import mutants
+
+    figures = {"killed": 0, "survived": 0, "total": 273, "no_tests": 0, "skipped": 0, "timeout": 0}
+    assert "exited with status 1" in mutants.check_problem(1, figures)
+    assert "273 of 273 mutants were never tested" in mutants.check_problem(0, figures)
+    assert "no mutants" in mutants.check_problem(0, {**figures, "total": 0})
+    done = {**figures, "killed": 200, "survived": 10, "no_tests": 60, "timeout": 3}
+    assert mutants.check_problem(0, done) is None
+    assert "1 of 273" in mutants.check_problem(0, {**done, "killed": 199})
 
 
 LEARNER_TASKS = {

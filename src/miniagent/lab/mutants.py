@@ -117,8 +117,8 @@ def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
         env["PYTHONPATH"] = os.pathsep.join([str(work / "mutants" / "src"), str(work / "mutants")])
         mutmut = [sys.executable, "-m", "mutmut"]
         with open(LOG, "w", encoding="utf-8") as log:  # mutmut's own progress and errors, kept after the run
-            subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=work, env=env, stdout=log,
-                           stderr=subprocess.STDOUT)
+            ran = subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=work, env=env,
+                                 stdout=log, stderr=subprocess.STDOUT)
         subprocess.run([*mutmut, "export-cicd-stats"], cwd=work, env=env, capture_output=True)
         stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text(encoding="utf-8"))
         listed = subprocess.run([*mutmut, "results", "--all", "true"], cwd=work, env=env, capture_output=True,
@@ -134,18 +134,35 @@ def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
     score = 100.0 * (stats["killed"] + stats.get("timeout", 0)) / tested if tested else 0.0
     return {"wing": wing, "date": f"{datetime.now():%Y-%m-%d}", "seconds": round(time.monotonic() - started),
             "stats": stats, "score": round(score, 1), "survivors": survivors, "untested": untested, "diffs": diffs,
-            "unexplained": [name for name in survivors if not is_explained(name, explained(root))]}
+            "unexplained": [name for name in survivors if not is_explained(name, explained(root))],
+            "problem": check_problem(ran.returncode, stats)}
+
+
+def unchecked(stats: dict) -> int:
+    """Mutants mutmut generated but never ran a test against (its run stopped, or never started)."""
+    return (stats["total"] - stats["killed"] - stats["survived"] - stats["no_tests"] - stats.get("timeout", 0)
+            - stats.get("skipped", 0))
+
+
+def check_problem(returncode: int, stats: dict) -> str | None:
+    """Why this run proves nothing, or None: a run that tested nothing must not read as a clean one."""
+    if returncode != 0:
+        return f"mutmut exited with status {returncode}: see {LOG}"
+    if stats["total"] == 0:
+        return "mutmut generated no mutants: check the wing's paths"
+    if unchecked(stats):
+        return f"{unchecked(stats)} of {stats['total']} mutants were never tested: see {LOG}"
+    return None
 
 
 def report(result: dict) -> str:
     s = result["stats"]
-    unchecked = s["total"] - s["killed"] - s["survived"] - s["no_tests"] - s.get("timeout", 0) - s.get("skipped", 0)
-    lines = [f"{result['wing']}: mutation score {result['score']:.1f} % ({s['killed'] + s.get('timeout', 0)} of "
+    lines = [f"{result['wing']}: NOT CHECKED: {result['problem']}"] if result.get("problem") else []
+    lines += [f"{result['wing']}: mutation score {result['score']:.1f} % ({s['killed'] + s.get('timeout', 0)} of "
              f"{s['total'] - s.get('skipped', 0) - s['no_tests']} mutants that a test reaches killed; "
              f"{s['survived']} survived; {s['no_tests']} reached by no test in the test process) on "
              f"{result['date']}, in {result['seconds']} s",
-             f"mutmut's figures: {json.dumps(s)}; its log: {LOG}"
-             + (f" ({unchecked} mutants were not tested: see the log)" if unchecked else ""),
+             f"mutmut's figures: {json.dumps(s)}; its log: {LOG}",
              f"survivors not explained in {EXPLAINED}: {len(result['unexplained'])}"]
     for name in result["survivors"]:
         mark = "" if name in result["unexplained"] else " (explained)"
