@@ -364,7 +364,10 @@ class MCPClient:
         if self._closing.is_set():  # closed while the SDK was being imported
             return
         assert conn.popen is not None
-        async with session_streams(conn.popen) as (read_stream, write_stream):
+        def broke(exc: BaseException) -> None:  # before the server is let go: _broken() reads it first
+            conn.failure = exc
+
+        async with session_streams(conn.popen, on_error=broke) as (read_stream, write_stream):
             async with ClientSession(read_stream, write_stream) as session:
                 await session.initialize()
                 conn.session = session
@@ -490,7 +493,9 @@ class MCPClient:
 
     def _broken(self, conn: _Connection, what: str, message: str) -> str:
         """Why the connection closed under a call: the server died, or the session broke on our side."""
-        if conn.proc is not None and not _alive(conn.proc):
+        # A break on our side is recorded before the server is let go (its stdin closed, so it exits at once):
+        # the server found dead after that is the consequence, not the cause.
+        if conn.failure is None and conn.proc is not None and not _alive(conn.proc):
             return f"the MCP server connection broke during {what}: {message} (the server is gone)"
         # The server did not die: wait (bounded) for the session loop to finish
         # unwinding, so the next call sees the break and starts a new server.

@@ -19,7 +19,7 @@ import os
 import subprocess
 import time
 from contextlib import asynccontextmanager
-from typing import IO, Any, AsyncIterator
+from typing import IO, Any, AsyncIterator, Callable
 
 # What the child inherits from our environment (the SDK's stdio client passes the same on POSIX).
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
@@ -38,12 +38,14 @@ def spawn(command: list[str], env: dict[str, str], errlog: IO[str]) -> subproces
 
 
 @asynccontextmanager
-async def session_streams(process: subprocess.Popen[bytes]) -> AsyncIterator[tuple[Any, Any]]:
+async def session_streams(process: subprocess.Popen[bytes],
+                          on_error: Callable[[BaseException], None] | None = None) -> AsyncIterator[tuple[Any, Any]]:
     """``(read_stream, write_stream)`` for ``ClientSession``, bridged to ``process``'s stdout and stdin.
 
     On the way out, stdin is closed (a healthy server exits on EOF) and the process is waited for, up to
-    :data:`EXIT_WAIT`; stopping one that does not exit is the caller's job (it signals the process group),
-    and the process is reaped here as soon as it has exited.
+    :data:`EXIT_WAIT`; stopping one that does not exit is the caller's job (it signals the process group).
+    A bridge that fails on our side (a message that cannot be written, say) ends the session; ``on_error``
+    hears of it first, before the server is let go, so that nobody takes the server's exit for the cause.
     """
     import anyio
     import mcp_types
@@ -77,6 +79,10 @@ async def session_streams(process: subprocess.Popen[bytes]) -> AsyncIterator[tup
                     await writer.drain()
         except (ConnectionError, OSError):  # the server closed its stdin: no request may hang on it
             await to_session.aclose()
+        except Exception as exc:
+            if on_error is not None:
+                on_error(exc)
+            raise
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(stdout_to_session)
