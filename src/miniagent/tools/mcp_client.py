@@ -364,6 +364,7 @@ class MCPClient:
         if self._closing.is_set():  # closed while the SDK was being imported
             return
         assert conn.popen is not None
+
         def broke(exc: BaseException) -> None:  # before the server is let go: _broken() reads it first
             conn.failure = exc
 
