@@ -6,8 +6,10 @@ progress.json through as a traceback would teach that the lab's own tools fail u
 
 from __future__ import annotations
 
-import signal
 import importlib.util
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -174,3 +176,42 @@ def test_every_model_option_of_a_task_reaches_the_agents_command_line(option, mo
         assert given["llm"] == value
     else:
         assert given["model_flags"][given["model_flags"].index(flag) + 1] == value
+
+
+@pytest.mark.parametrize("made_first", [True, False])
+def test_a_mutation_run_imports_mutmuts_copy_although_mutmut_writes_it_after_the_interpreter_starts(made_first,
+                                                                                                     tmp_path):
+    """Seen on the cli wing: mutmut's process imported the checkout's package (the editable install) and a test's
+    learner task applied a break to the checkout. The interpreter starts before mutmut writes its copy."""
+    from miniagent.lab import mutants
+
+    checkout = tmp_path / "checkout" / "src" / "pkg"
+    checkout.mkdir(parents=True)
+    (checkout / "__init__.py").write_text("WHERE = 'checkout'\n")
+    work = tmp_path / "work"
+    copy_first = mutants.import_path(work) if made_first else str(work / "mutants" / "src")
+    script = ("import pathlib, sys; d = pathlib.Path(sys.argv[1]) / 'mutants' / 'src' / 'pkg'; "
+              "d.mkdir(parents=True); (d / '__init__.py').write_text(\"WHERE = 'copy'\"); import pkg; print(pkg.WHERE)")
+    env = {**os.environ, "PYTHONPATH": copy_first + os.pathsep + str(checkout.parent)}
+    ran = subprocess.run([sys.executable, "-c", script, str(work)], env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    # without the folders made first, the interpreter has cached the copy's folder as absent: the checkout wins
+    assert ran.stdout.strip() == ("copy" if made_first else "checkout")
+
+
+def test_a_mutation_run_that_changed_the_checkout_is_a_broken_check(tmp_path):
+    from miniagent.lab import mutants
+
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "loop.py").write_text("x = 1\n")
+    (tmp_path / "tasks.py").write_text("")
+    before = mutants.checkout_digest(tmp_path)
+    (tmp_path / "src" / "pkg" / "loop.py").write_text("x = 2\n")
+    (tmp_path / "learners" / "ada").mkdir(parents=True)
+    (tmp_path / "learners" / "ada" / "progress.json").write_text("{}")
+    after = mutants.checkout_digest(tmp_path)
+    touched = mutants.changed(before, after)
+    assert touched == ["learners/ada/progress.json", "src/pkg/loop.py"]
+    figures = {"killed": 200, "survived": 10, "total": 273, "no_tests": 60, "skipped": 0, "timeout": 3}
+    assert "src/pkg/loop.py" in mutants.check_problem(0, figures, touched)
+    assert mutants.check_problem(0, figures, []) is None

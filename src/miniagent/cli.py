@@ -21,6 +21,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     kinds = {"int": int, "float": float, "str": str, "bool": str}  # a bool is checked by the config layer
     for f in fields(TutorConfig):
         group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kinds[str(f.type)], default=None,
+                           help=f"default: {f.default!r}",
                            **({"metavar": "true|false"} if str(f.type) == "bool" else {}))
     parser.add_argument("--config", default=None, help="path of a TOML config file (default: ./miniagent.toml)")
     parser.add_argument("--trace", default=None, help="write JSON-lines events to FILE ('-' for stdout)")
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="miniagent", description="A guarded ReAct grammar tutor.")
     sub = parser.add_subparsers(dest="command", required=True)
     ask = sub.add_parser("ask", help="ask the tutor one question")
-    ask.add_argument("question")
+    ask.add_argument("question", help="the question, in quotes (at most max_input_chars characters)")
     ask.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
     _add_config_flags(ask)
     ev = sub.add_parser("eval", help="score the tutor on an eval set")

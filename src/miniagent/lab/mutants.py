@@ -19,6 +19,7 @@ It runs in a throwaway copy of ``src/``, ``tests/``, ``tasks.py`` and ``pyprojec
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -56,6 +57,9 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
             ["test_settings_reach", "test_crash", "test_tasks", "test_config", "test_mcp_server"]),
     "tasks": (["tasks.py"], ["test_tasks", "test_docs_commands"]),
 }
+# What the tests read besides the code: mutmut copies these into its own copy too (``also_copy``), where the
+# tests run and where the package's ROOT is.
+ALSO_COPY = ("breaks", "labs", "docs", "docs_hooks", "docs_results", "learners", "mkdocs.yml", "README.md")
 # Left out of every run: the slowest checks, each a whole tour of the breaks (the others hold the same code).
 DESELECT = "not maintainer_check and not fifty_killed_runs"
 
@@ -81,6 +85,7 @@ def mutmut_config(wing: str) -> str:
         "[tool.mutmut]",
         'source_paths = ["src", "tasks.py"]',
         f"only_mutate = {json.dumps(paths)}",
+        f"also_copy = {json.dumps(list(ALSO_COPY))}",
         f"pytest_add_cli_args_test_selection = {json.dumps([f'tests/{t}.py' for t in tests])}",
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout", "-q", "-m", "not slow", "-k", '
         f'"{DESELECT}"]',
@@ -91,8 +96,7 @@ def _sandbox(root: Path, wing: str) -> Path:
     work = Path(tempfile.mkdtemp(prefix=f"miniagent-mutants-{wing}-"))
     shutil.copytree(root / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(root / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("tasks.py", "breaks", "labs", "docs", "docs_hooks", "docs_results", "learners", "mkdocs.yml",
-                 "README.md"):
+    for name in ("tasks.py", *ALSO_COPY):
         source = root / name
         if source.is_dir():
             shutil.copytree(source, work / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -113,8 +117,8 @@ def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
         env["HYPOTHESIS_PROFILE"] = "mutants"  # tests/conftest.py: 30 examples per property, derandomized
-        # a test's subprocess (the agent, the MCP server) imports mutmut's copy, and runs the same mutant
-        env["PYTHONPATH"] = os.pathsep.join([str(work / "mutants" / "src"), str(work / "mutants")])
+        env["PYTHONPATH"] = import_path(work)
+        before = checkout_digest(root)
         mutmut = [sys.executable, "-m", "mutmut"]
         with open(LOG, "w", encoding="utf-8") as log:  # mutmut's own progress and errors, kept after the run
             ran = subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=work, env=env,
@@ -130,12 +134,37 @@ def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
                                       text=True).stdout for name in survivors}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    touched = changed(before, checkout_digest(root))
     tested = stats["total"] - stats.get("skipped", 0) - stats.get("no_tests", 0)
     score = 100.0 * (stats["killed"] + stats.get("timeout", 0)) / tested if tested else 0.0
     return {"wing": wing, "date": f"{datetime.now():%Y-%m-%d}", "seconds": round(time.monotonic() - started),
             "stats": stats, "score": round(score, 1), "survivors": survivors, "untested": untested, "diffs": diffs,
             "unexplained": [name for name in survivors if not is_explained(name, explained(root))],
-            "problem": check_problem(ran.returncode, stats)}
+            "problem": check_problem(ran.returncode, stats, touched)}
+
+
+def import_path(work: Path) -> str:
+    """PYTHONPATH for mutmut and every process its tests start: mutmut's copy first.
+
+    A test's subprocess (the agent, the MCP server) then imports the copy and runs the same mutant. The folders
+    are made *before* mutmut starts: a PYTHONPATH entry that does not exist yet when an interpreter starts is
+    cached as "nothing here" (``sys.path_importer_cache``) and skipped for good, so mutmut's own process
+    imported the package from the editable install, the checkout's src/, and a test's learner task applied a
+    break to the checkout instead of the copy (seen on the cli wing)."""
+    entries = [work / "mutants" / "src", work / "mutants"]
+    for entry in entries:
+        entry.mkdir(parents=True, exist_ok=True)
+    return os.pathsep.join(map(str, entries))
+
+
+def checkout_digest(root: Path) -> dict[str, str]:
+    """What a mutation run must leave alone: the checkout's package, its tasks.py and the learners' files."""
+    files = [*(root / "src").rglob("*.py"), root / "tasks.py", *(root / "learners").rglob("*")]
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files) if p.is_file()}
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    return sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
 
 
 def unchecked(stats: dict) -> int:
@@ -144,8 +173,12 @@ def unchecked(stats: dict) -> int:
             - stats.get("skipped", 0))
 
 
-def check_problem(returncode: int, stats: dict) -> str | None:
-    """Why this run proves nothing, or None: a run that tested nothing must not read as a clean one."""
+def check_problem(returncode: int, stats: dict, touched: list[str] = ()) -> str | None:
+    """Why this run proves nothing, or None: a run that tested nothing must not read as a clean one, and a run
+    that reached the checkout's own files tested the wrong code (and changed them: ``touched``)."""
+    if touched:
+        return (f"the run changed the checkout's own files, not mutmut's copy: {', '.join(touched[:5])}"
+                f"{' ...' if len(touched) > 5 else ''} (see `git status`)")
     if returncode != 0:
         return f"mutmut exited with status {returncode}: see {LOG}"
     if stats["total"] == 0:

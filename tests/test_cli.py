@@ -1,0 +1,107 @@
+"""The agent's command line as a learner types it: ``python -m miniagent ask|eval ...``.
+
+The end-to-end tests run these commands in subprocesses, where mutation testing cannot see them; these
+parse them in the test process (found by ``invoke mutants --wing cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+from dataclasses import fields
+
+import pytest
+
+from miniagent.agent.config import TutorConfig
+from miniagent.cli import build_parser
+from miniagent.processes import SIGNAL_CHECK_S, wait_result
+
+
+def test_ask_reads_its_question_and_its_flags():
+    args = build_parser().parse_args(["ask", "What is the past of go for she?", "--json", "--trace", "t.jsonl",
+                                      "--config", "c.toml"])
+    assert (args.command, args.question, args.json, args.trace, args.config) == \
+        ("ask", "What is the past of go for she?", True, "t.jsonl", "c.toml")
+    args = build_parser().parse_args(["ask", "q"])
+    assert (args.command, args.json, args.trace, args.config) == ("ask", False, None, None)
+
+
+def test_eval_reads_its_set_its_limit_and_json():
+    args = build_parser().parse_args(["eval", "--set", "s.jsonl", "--limit", "3", "--json", "--trace", "-"])
+    assert (args.command, args.eval_set, args.limit, args.json, args.trace) == ("eval", "s.jsonl", 3, True, "-")
+    args = build_parser().parse_args(["eval"])
+    assert (args.eval_set, args.limit, args.json, args.config) == (None, None, False, None)
+
+
+@pytest.mark.parametrize("argv", [[], ["eval", "--limit", "three"], ["ask"], ["ask", "q", "--json", "yes"],
+                                  ["ask", "q", "--max-turns", "three"]])
+def test_a_command_line_it_cannot_read_is_refused_with_usage(argv, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(argv)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.startswith("usage: miniagent ")
+
+
+@pytest.mark.parametrize("command", ["ask", "eval"])
+def test_every_setting_is_a_flag_of_its_own_type_on_every_command(command):
+    parser = build_parser()
+    given = {"int": "7", "float": "0.5", "str": "x", "bool": "false"}
+    for f in fields(TutorConfig):
+        flag = "--" + f.name.replace("_", "-")
+        args = parser.parse_args([command, *(["q"] if command == "ask" else []), flag, given[str(f.type)]])
+        value = getattr(args, f.name)
+        # a bool stays a word here: the config layer reads "true"/"false" the same from every layer
+        assert value == {"int": 7, "float": 0.5, "str": "x", "bool": "false"}[str(f.type)], (flag, value)
+        assert type(value) is {"int": int, "float": float, "str": str, "bool": str}[str(f.type)], flag
+        assert all(getattr(args, g.name) is None for g in fields(TutorConfig) if g is not f), "a flag left out is None"
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> tuple[dict[str, argparse.ArgumentParser], dict[str, str]]:
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices), {a.dest: a.help for a in sub._choices_actions}
+
+
+def test_help_describes_every_command_and_flag():
+    parser = build_parser()
+    assert parser.prog == "miniagent" and parser.description
+    commands, described = _subcommands(parser)
+    assert sorted(commands) == ["ask", "eval"] and all(described[name] for name in commands), described
+    bools = {"--" + f.name.replace("_", "-") for f in fields(TutorConfig) if str(f.type) == "bool"}
+    for name, command in commands.items():
+        assert command.prog == f"miniagent {name}"
+        for action in command._actions:
+            assert action.help, (name, action.option_strings or action.dest)
+            flag = action.option_strings[0] if action.option_strings else None
+            assert action.metavar == ("true|false" if flag in bools else None), (name, flag, action.metavar)
+        titles = [group.title for group in command._action_groups]
+        assert "settings (override config file and MINIAGENT_* env vars)" in titles, titles
+
+
+class NeverDone:
+    """A future that never finishes, and remembers how long each wait was allowed to be."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def result(self, timeout: float) -> None:
+        self.waits.append(timeout)
+        raise concurrent.futures.TimeoutError
+
+
+def test_a_wait_shorter_than_one_wake_up_ends_at_its_own_deadline_not_at_the_next_wake_up():
+    future = NeverDone()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        wait_result(future, SIGNAL_CHECK_S / 5)
+    assert future.waits and max(future.waits) <= SIGNAL_CHECK_S / 5, future.waits
+
+
+def test_a_wait_without_a_deadline_wakes_up_every_signal_check():
+    class DoneOnTheThird(NeverDone):
+        def result(self, timeout: float) -> str:
+            self.waits.append(timeout)
+            if len(self.waits) < 3:
+                raise concurrent.futures.TimeoutError
+            return "done"
+
+    future = DoneOnTheThird()
+    assert wait_result(future, None) == "done"
+    assert future.waits == [SIGNAL_CHECK_S] * 3
