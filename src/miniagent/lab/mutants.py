@@ -54,7 +54,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
              "test_properties_counts", "test_properties_edits", "test_properties_harness", "test_lab_output",
              "test_breaks", "test_counterexamples", "test_tasks", "test_settings_reach"]),
     "cli": (["src/miniagent/cli.py", "src/miniagent/processes.py", "src/miniagent/__main__.py"],
-            ["test_settings_reach", "test_crash", "test_tasks", "test_config", "test_mcp_server"]),
+            ["test_cli", "test_settings_reach", "test_crash", "test_tasks", "test_config", "test_mcp_server"]),
     "tasks": (["tasks.py"], ["test_tasks", "test_docs_commands"]),
 }
 # What the tests read besides the code: mutmut copies these into its own copy too (``also_copy``), where the
