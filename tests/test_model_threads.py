@@ -88,7 +88,7 @@ def test_the_threads_are_measured_before_anything_of_the_run_starts(monkeypatch)
     monkeypatch.setattr(session_module, "threads_for", lambda config: order.append("measure") or (1, "measured"))
     monkeypatch.setattr(session_module.MCPClient, "start", lambda self: order.append("server") or self)
 
-    def make_backend(config, threads):
+    def make_backend(config, threads, weights):
         order.append(f"model {threads}")
         return ScriptedBackend("oracle")
 
@@ -96,3 +96,37 @@ def test_the_threads_are_measured_before_anything_of_the_run_starts(monkeypatch)
     with session_module.TutorSession(load_config(cli={"llm": "scripted:oracle"})):
         pass
     assert order[0] == "measure" and sorted(order[1:]) == ["model (1, 'measured')", "server"]
+
+
+def test_the_model_file_loads_once_in_its_own_thread_while_the_threads_are_measured(monkeypatch):
+    """The load (C code, no GIL) overlaps the measurement; the backend gets those weights and loads nothing."""
+    import threading
+
+    from miniagent.lab import session as session_module
+    from miniagent.models import llama_runtime
+
+    loads: list[str] = []
+    real_load = llama_runtime.load_weights
+
+    def load_weights(*args, **kwargs):
+        loads.append(threading.current_thread().name)
+        return real_load(*args, **kwargs)
+
+    def threads_for(config):
+        loads.append("measure")
+        return (1, "measured")
+
+    monkeypatch.setattr(llama_runtime, "load_weights", load_weights)
+    monkeypatch.setattr(session_module, "threads_for", threads_for)
+    with session_module.TutorSession(load_config(cli={"llm": "llama", "cache_dir": ""})) as session:
+        assert session.model.rt.n_threads == 1
+        assert session.ask("What is the past simple of go for she?").stop_reason in ("answered", "fallback")
+    assert sorted(loads) == ["measure", "miniagent-model-load"], loads
+
+
+def test_a_model_file_that_cannot_be_loaded_ends_the_start_up_with_its_error(tmp_path):
+    from miniagent.lab.session import TutorSession
+
+    with pytest.raises(FileNotFoundError, match="model file not found"):
+        with TutorSession(load_config(cli={"llm": "llama", "model": str(tmp_path / "absent.gguf")})):
+            pass

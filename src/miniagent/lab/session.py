@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from ..agent.ports import Backend
-from ..models import make_backend, threads_for
+from ..models import make_backend, start_loading, threads_for
 from ..agent.config import TutorConfig
 from ..agent.loop import Outcome, grammar_tutor
 from ..processes import wait_result
@@ -31,10 +31,12 @@ class TutorSession:
                                timeout=self.config.tool_timeout_s)
         pool = ThreadPoolExecutor(max_workers=1)
         try:
-            threads = threads_for(self.config)  # first: while nothing of ours competes for the cores
+            loading = start_loading(self.config)  # the model file, in a thread of its own (C code, no GIL)
+            threads = threads_for(self.config)  # before the server: its start-up would crowd other programs out
             server_started = pool.submit(self.tools.start)
-            self.model = make_backend(self.config, threads)
-            wait_result(server_started, None)  # woken often: a Ctrl-C during start-up ends it at once
+            weights = wait_result(loading, None) if loading else None  # woken often: Ctrl-C ends it at once
+            self.model = make_backend(self.config, threads, weights)
+            wait_result(server_started, None)
         except BaseException:
             # Ctrl-C or SIGTERM during start-up: close() stops a server that is still starting.
             self.close()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+from concurrent.futures import Future
 
 from ..agent.ports import Backend
 
@@ -26,8 +28,33 @@ def threads_for(config) -> tuple[int, str] | None:
     return choose_threads(config.n_threads) if config.llm.partition(":")[0] == "llama" else None
 
 
-def make_backend(config, threads: tuple[int, str] | None = None) -> Backend:
-    """Build the backend the config names (``llm``); ``threads`` as :func:`threads_for` measured it."""
+def start_loading(config) -> Future | None:
+    """Start loading the model file in a thread now; None where the backend ``config`` names loads none here.
+
+    llama.cpp's load (half a second for the default model) is C code that releases the GIL, so it overlaps
+    the thread measurement and the MCP server's start. Our own CPU does not mislead the measurement: it
+    counts other programs' use, ours subtracted. A daemon thread: an interrupted start-up does not wait for it.
+    """
+    if config.llm.partition(":")[0] != "llama":
+        return None
+    loaded: Future = Future()
+
+    def load() -> None:
+        try:
+            from .llama_params import choose_amx
+            from .llama_runtime import load_weights
+
+            loaded.set_result(load_weights(config.model or None, choose_amx(config.llama_amx)))
+        except BaseException as err:  # handed to whoever waits for the weights
+            loaded.set_exception(err)
+
+    threading.Thread(target=load, name="miniagent-model-load", daemon=True).start()
+    return loaded
+
+
+def make_backend(config, threads: tuple[int, str] | None = None, weights=None) -> Backend:
+    """Build the backend the config names (``llm``); ``threads`` as :func:`threads_for` measured it, ``weights``
+    as :func:`start_loading` loaded them (llama; loaded here when None)."""
     kind, _, detail = config.llm.partition(":")
     if kind == "llama":
         from .llama import LlamaBackend
@@ -37,7 +64,7 @@ def make_backend(config, threads: tuple[int, str] | None = None) -> Backend:
         backend = LlamaBackend(model_path=config.model or None, n_ctx=config.n_ctx,
                                n_threads=n_threads, max_action_tokens=config.max_action_tokens,
                                decode=config.decode, cache_dir=config.cache_dir or None,
-                               amx=choose_amx(config.llama_amx))
+                               amx=None if weights else choose_amx(config.llama_amx), weights=weights)
         log.info("%s", backend.rt.startup_line(why))  # one line: threads, the AMX path, where the weights went
         return backend
     if kind == "openai":

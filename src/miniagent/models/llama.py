@@ -34,7 +34,7 @@ import numpy as np
 from ..agent.actions import schema_for_turn
 from ..agent.ports import Entry, ModelReply
 from .llama_params import AmxChoice
-from .llama_runtime import KVRuntime
+from .llama_runtime import KVRuntime, Weights
 from .prompt import CONTENT_FREE_QUESTION, HEADER, NEXT_ACTION, render
 
 # How much of each field's content-free prior is subtracted: 0 is plain scoring,
@@ -49,10 +49,11 @@ CONTEXT_MARGIN = 160  # room for the action being decoded and the options being 
 class LlamaBackend:
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2,
                  max_action_tokens: int = 48, decode: str = "scored",
-                 cache_dir: str | os.PathLike | None = None, amx: AmxChoice | None = None) -> None:
+                 cache_dir: str | os.PathLike | None = None, amx: AmxChoice | None = None,
+                 weights: Weights | None = None) -> None:
         if decode not in ("scored", "greedy"):
             raise ValueError("decode must be 'scored' or 'greedy'")
-        self.rt = self._runtime(model_path, n_ctx=n_ctx, n_threads=n_threads, amx=amx)
+        self.rt = self._runtime(model_path, n_ctx=n_ctx, n_threads=n_threads, amx=amx, weights=weights)
         self.name = f"llama:{decode}"
         self.decode = decode
         self.max_action_tokens = max_action_tokens
@@ -64,9 +65,10 @@ class LlamaBackend:
         self._priors_file = self._priors_path(cache)
         self._calibration: dict[str, np.ndarray] = self._load_priors()
 
-    def _runtime(self, model_path: str | None, *, n_ctx: int, n_threads: int, amx: AmxChoice | None) -> KVRuntime:
+    def _runtime(self, model_path: str | None, *, n_ctx: int, n_threads: int, amx: AmxChoice | None,
+                 weights: Weights | None = None) -> KVRuntime:
         """What evaluates the model: llama.cpp in this process (the openai backend puts a server here)."""
-        return KVRuntime(model_path, n_ctx=n_ctx, n_threads=n_threads, amx=amx)
+        return KVRuntime(model_path, n_ctx=n_ctx, n_threads=n_threads, amx=amx, weights=weights)
 
     # --- prompt ------------------------------------------------------------------
     def _prompt_text(self, scratchpad: list[Entry]) -> str:

@@ -81,23 +81,41 @@ class Decoded:
     finished: bool  # False when max_tokens cut it off
 
 
+@dataclass
+class Weights:
+    """A model file loaded by llama.cpp, before any context (the part that needs no thread count)."""
+
+    model: object  # llama_cpp._internals.LlamaModel
+    path: str
+    amx: AmxChoice
+    buffers: dict[str, float]  # {llama.cpp buffer type: MiB}, as llama.cpp reported them
+
+
+def load_weights(model_path: str | None = None, amx: AmxChoice | None = None) -> Weights:
+    """Load the model file (mostly C code that releases the GIL: a session runs it in a thread)."""
+    from llama_cpp import _internals as internals
+
+    path = model_path or default_model_path()
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"model file not found: {path}")
+    amx = amx or choose_amx()
+    # Loaded here, not through llama_cpp.Llama: Llama offers no switch for llama.cpp's extra buffer types (the
+    # AMX path), and its own context would be thrown away (ours has 16 sequences).
+    with LLAMA_LOG.capture() as load_log:
+        model = internals.LlamaModel(path_model=path, params=model_params(amx), verbose=False)
+    return Weights(model, path, amx, weight_buffers(load_log))
+
+
 class KVRuntime:
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2,
-                 amx: AmxChoice | None = None) -> None:
+                 amx: AmxChoice | None = None, weights: Weights | None = None) -> None:
         import llama_cpp
         from llama_cpp import _internals as internals
 
         self._lib = llama_cpp
         self._internals = internals
-        path = model_path or default_model_path()
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"model file not found: {path}")
-        self.amx = amx or choose_amx()
-        # The model is loaded here, not through llama_cpp.Llama: Llama offers no switch for llama.cpp's
-        # extra buffer types (the AMX path), and its own context would be thrown away (ours has 16 sequences).
-        with LLAMA_LOG.capture() as load_log:
-            self.model = internals.LlamaModel(path_model=path, params=model_params(self.amx), verbose=False)
-        self.weight_buffers = weight_buffers(load_log)  # {llama.cpp buffer type: MiB}, as llama.cpp reported them
+        weights = weights or load_weights(model_path, amx)
+        path, self.amx, self.model, self.weight_buffers = weights.path, weights.amx, weights.model, weights.buffers
         params = context_params(n_ctx=n_ctx, n_batch=512, n_seq_max=MAX_SEQUENCES, n_threads=n_threads)
         self.ctx = internals.LlamaContext(model=self.model, params=params, verbose=False)
         self.memory = self.ctx.memory

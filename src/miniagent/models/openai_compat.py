@@ -407,7 +407,7 @@ class OpenAIBackend(LlamaBackend):
             self.decode = "greedy"
         self.name = f"openai:{self.decode}"
 
-    def _runtime(self, model_path: str | None, *, n_ctx: int, n_threads: int, amx=None) -> ServerRuntime:
+    def _runtime(self, model_path: str | None, *, n_ctx: int, n_threads: int, amx=None, weights=None) -> ServerRuntime:
         return ServerRuntime(self.server, model_path, n_ctx=n_ctx, warm_up=self._warm_up, startup_s=self._startup_s)
 
     def _priors_path(self, cache: Path | None) -> Path | None:
