@@ -64,6 +64,9 @@ def components(config: TutorConfig, monkeypatch) -> dict:
 
     monkeypatch.setattr("miniagent.models.busy_elsewhere", lambda *a: 0.0)  # auto threads: no 0.25 s measurement
     monkeypatch.setattr("miniagent.models.llama.LlamaBackend", backend("llama"))
+    # the model file is loaded apart, in a thread, before the backend is built: it takes the path and the AMX path
+    monkeypatch.setattr("miniagent.models.llama_runtime.load_weights",
+                        lambda model_path, amx: seen.setdefault("weights", {"model_path": model_path, "amx": amx}))
     monkeypatch.setattr("miniagent.models.openai_compat.OpenAIBackend", backend("openai"))
     monkeypatch.setattr("miniagent.models.scripted.ScriptedBackend", backend("scripted"))
 
@@ -104,10 +107,11 @@ def reached(name: str, seen: dict):
         "fault_delay_s": lambda: (seen["mcp"]["delay"], float(seen["server_args"][seen["server_args"].index("--delay") + 1])),
         "fault_hang_on": lambda: (seen["mcp"]["hang_on"], seen["server_args"][seen["server_args"].index("--hang-on") + 1]),
         "llm": lambda: f"{kind}:{(seen['backend'][1] or ('',))[0]}" if kind == "scripted" else kind,
-        "model": lambda: kwargs["model_path"], "decode": lambda: kwargs["decode"],
+        "model": lambda: seen["weights"]["model_path"] if kind == "llama" else kwargs["model_path"],
+        "decode": lambda: kwargs["decode"],
         "max_action_tokens": lambda: kwargs["max_action_tokens"], "cache_dir": lambda: kwargs["cache_dir"],
         "n_ctx": lambda: kwargs["n_ctx"], "n_threads": lambda: kwargs["n_threads"],
-        "llama_amx": lambda: "off" if not kwargs["amx"].enabled and "forced" in kwargs["amx"].reason else kwargs["amx"],
+        "llama_amx": lambda: "off" if not (amx := seen["weights"]["amx"]).enabled and "forced" in amx.reason else amx,
         "openai_base_url": lambda: kwargs["base_url"], "openai_model": lambda: kwargs["model"],
         "openai_response_format": lambda: kwargs["response_format"], "openai_max_retries": lambda: kwargs["max_retries"],
         "openai_startup_s": lambda: kwargs["startup_s"],
@@ -152,7 +156,8 @@ def test_a_setting_reaches_its_component_from_every_layer(name, layer, tmp_path,
     seen = components(config, monkeypatch)
     got = reached(name, seen)
     if name == "llama_amx":
-        assert got == "off" and seen["backend"][2]["amx"] == choose_amx("off")
+        assert got == "off" and seen["weights"]["amx"] == choose_amx("off")
+        assert seen["backend"][2]["weights"] is seen["weights"], "the backend is built on the weights loaded"
     else:
         assert got == expected(name, VALUES[name]), (name, layer, got)
 
