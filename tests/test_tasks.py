@@ -7,7 +7,9 @@ progress.json through as a traceback would teach that the lab's own tools fail u
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from invoke import Context
+from invoke import Config, Context
 
 from miniagent.lab import progress
 
@@ -215,3 +217,56 @@ def test_a_mutation_run_that_changed_the_checkout_is_a_broken_check(tmp_path):
     figures = {"killed": 200, "survived": 10, "total": 273, "no_tests": 60, "skipped": 0, "timeout": 3}
     assert "src/pkg/loop.py" in mutants.check_problem(0, figures, touched)
     assert mutants.check_problem(0, figures, []) is None
+
+
+# --- tasks._run with invoke's real Context, and the crash report's trace (found by `invoke mutants --wing tasks`)
+def test_a_command_runs_from_the_repository_root_and_its_failure_is_its_exit_status(monkeypatch, tmp_path, capfd):
+    monkeypatch.chdir(tmp_path)
+    py = shlex.quote(sys.executable)
+    c = Context(Config(overrides={"run": {"in_stream": False}}))  # pytest's stdin cannot be read
+    assert tasks._run(c, f"{py} -c 'import os; print(os.getcwd())'") == 0
+    assert capfd.readouterr().out.strip() == str(tasks.ROOT)
+    # warn=True: a failing command is its exit status, not invoke's UnexpectedExit and its traceback
+    assert exit_status(lambda: tasks._run(c, f"{py} -c 'import sys; sys.exit(3)'")) == 3
+
+
+class TracingContext(FakeContext):
+    """The agent writes ``turns`` turns to the trace it was given, then "dies" with the status chosen."""
+
+    def __init__(self, exited: int, stderr: str | None, turns: int) -> None:
+        super().__init__(exited, stderr)
+        self.turns = turns
+
+    def run(self, command, **kwargs):
+        words = shlex.split(command)
+        events = [{"event": "model_action", "turn": t, "text": "{}"} for t in range(1, self.turns + 1)]
+        Path(words[words.index("--trace") + 1]).write_text("".join(json.dumps(e) + "\n" for e in events))
+        return super().run(command, **kwargs)
+
+
+@pytest.mark.parametrize("turns, when", [(2, "after its loop started, with 2 turn(s) done"),
+                                         (0, "before its loop started")])
+def test_a_crashed_agent_is_reported_with_how_far_its_loop_got_and_its_last_words(turns, when, capsys):
+    c = TracingContext(-signal.SIGSEGV, "loading the model\nSegmentation fault in ggml\n", turns)
+    assert exit_status(lambda: tasks.ask(c, "What is the past simple of go for she?")) == 139
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"miniagent: CRASHED: the agent died of SIGSEGV (signal 11, a segmentation fault) {when}.", lines
+    assert [line for line in lines if line.startswith("miniagent: ")] == lines[:1], "one report, named once"
+    assert "    Segmentation fault in ggml" in lines and "XX" not in "".join(lines)
+
+
+def test_a_crashed_agent_that_wrote_nothing_is_reported_as_silent(capsys):
+    assert exit_status(lambda: tasks.ask(TracingContext(-signal.SIGKILL, None, 1), "q")) == 137
+    err = capsys.readouterr().err
+    assert "It wrote nothing to stderr." in err and "XXXX" not in err
+
+
+def test_the_flags_given_to_the_agent_leave_out_what_was_not_given():
+    assert tasks._flags(a=None, b=False, c=True, max_turns=3, d="it's") == "--c --max-turns 3 --d 'it'\"'\"'s'"
+    assert tasks._flags() == ""
+
+
+def test_a_learner_command_without_a_learner_asks_who_you_are(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(tasks, "ROOT", tmp_path)  # nobody remembered there
+    assert exit_status(lambda: tasks.progress(Context())) == 2
+    assert "who are you?" in capsys.readouterr().err

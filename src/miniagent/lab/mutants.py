@@ -34,7 +34,10 @@ from pathlib import Path
 from .breaks import ROOT
 
 EXPLAINED = Path("tests") / "mutants-explained.md"
-LOG = Path(tempfile.gettempdir()) / "miniagent-mutants.log"
+def log_path(wing: str) -> Path:
+    """mutmut's own progress and errors for one wing, kept after the run (one file per wing: a run of several
+    wings keeps each one's)."""
+    return Path(tempfile.gettempdir()) / f"miniagent-mutants-{wing}.log"
 
 # Each wing: what mutmut mutates, and the tests that hold it to account (mutmut runs, of these, the ones that
 # reach the mutated function). Tests that need the real model are left to the end-to-end runs, except the
@@ -120,7 +123,7 @@ def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
         env["PYTHONPATH"] = import_path(work)
         before = checkout_digest(root)
         mutmut = [sys.executable, "-m", "mutmut"]
-        with open(LOG, "w", encoding="utf-8") as log:  # mutmut's own progress and errors, kept after the run
+        with open(log_path(wing), "w", encoding="utf-8") as log:
             ran = subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=work, env=env,
                                  stdout=log, stderr=subprocess.STDOUT)
         subprocess.run([*mutmut, "export-cicd-stats"], cwd=work, env=env, capture_output=True)
@@ -140,7 +143,7 @@ def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
     return {"wing": wing, "date": f"{datetime.now():%Y-%m-%d}", "seconds": round(time.monotonic() - started),
             "stats": stats, "score": round(score, 1), "survivors": survivors, "untested": untested, "diffs": diffs,
             "unexplained": [name for name in survivors if not is_explained(name, explained(root))],
-            "problem": check_problem(ran.returncode, stats, touched)}
+            "problem": check_problem(ran.returncode, stats, touched, log_path(wing))}
 
 
 def import_path(work: Path) -> str:
@@ -173,18 +176,18 @@ def unchecked(stats: dict) -> int:
             - stats.get("skipped", 0))
 
 
-def check_problem(returncode: int, stats: dict, touched: list[str] = ()) -> str | None:
+def check_problem(returncode: int, stats: dict, touched: list[str] = (), log: Path | str = "mutmut's log") -> str | None:
     """Why this run proves nothing, or None: a run that tested nothing must not read as a clean one, and a run
     that reached the checkout's own files tested the wrong code (and changed them: ``touched``)."""
     if touched:
         return (f"the run changed the checkout's own files, not mutmut's copy: {', '.join(touched[:5])}"
                 f"{' ...' if len(touched) > 5 else ''} (see `git status`)")
     if returncode != 0:
-        return f"mutmut exited with status {returncode}: see {LOG}"
+        return f"mutmut exited with status {returncode}: see {log}"
     if stats["total"] == 0:
         return "mutmut generated no mutants: check the wing's paths"
     if unchecked(stats):
-        return f"{unchecked(stats)} of {stats['total']} mutants were never tested: see {LOG}"
+        return f"{unchecked(stats)} of {stats['total']} mutants were never tested: see {log}"
     return None
 
 
@@ -195,7 +198,7 @@ def report(result: dict) -> str:
              f"{s['total'] - s.get('skipped', 0) - s['no_tests']} mutants that a test reaches killed; "
              f"{s['survived']} survived; {s['no_tests']} reached by no test in the test process) on "
              f"{result['date']}, in {result['seconds']} s",
-             f"mutmut's figures: {json.dumps(s)}; its log: {LOG}",
+             f"mutmut's figures: {json.dumps(s)}; its log: {log_path(result['wing'])}",
              f"survivors not explained in {EXPLAINED}: {len(result['unexplained'])}"]
     for name in result["survivors"]:
         mark = "" if name in result["unexplained"] else " (explained)"
