@@ -27,7 +27,9 @@ def run_session(steps):
     async def main():
         env = {"PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
         params = StdioServerParameters(command=sys.executable, args=["-m", "miniagent.tools.server"], env=env)
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        # errlog named here: the SDK's default is the sys.stderr of when it was imported, which a test runner
+        # that captures output may have closed since (mutmut does)
+        async with stdio_client(params, errlog=sys.stderr) as (read, write), ClientSession(read, write) as session:
             init = await session.initialize()
             return await steps(session, init)
 

@@ -62,7 +62,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
 }
 # What the tests read besides the code: mutmut copies these into its own copy too (``also_copy``), where the
 # tests run and where the package's ROOT is.
-ALSO_COPY = ("breaks", "labs", "docs", "docs_hooks", "docs_results", "learners", "mkdocs.yml", "README.md")
+ALSO_COPY = ("breaks", "labs", "docs", "docs_hooks", "docs_results", "learners", "mkdocs.yml", "README.md", ".ci")
 # Left out of every run: the slowest checks, each a whole tour of the breaks (the others hold the same code).
 DESELECT = "not maintainer_check and not fifty_killed_runs"
 
