@@ -21,14 +21,14 @@ ROOT = Path(__file__).resolve().parent
 PY = shlex.quote(sys.executable)
 
 
-def _run(c, command: str, *, pty: bool = False, trace: Path | None = None, who: str = "process") -> int:
+def _run(c, command: str, *, trace: Path | None = None, who: str = "process") -> int:
     """Run a command from the repo root; exit with its status, without invoke's traceback.
 
     A death by signal (a crash in llama.cpp, say) is named in one clear report, in the learner's language,
     and exits 128 + the signal's number, as a shell does; ``trace`` (the agent's trace file) tells how far
     its loop got; ``who`` names what died (agent, tests, bench, process)."""
     with c.cd(str(ROOT)):
-        result = c.run(command, warn=True, pty=pty)
+        result = c.run(command, warn=True)
     if result is None:
         return 0
     if result.exited is not None and result.exited < 0:

@@ -270,3 +270,11 @@ def test_a_learner_command_without_a_learner_asks_who_you_are(monkeypatch, tmp_p
     monkeypatch.setattr(tasks, "ROOT", tmp_path)  # nobody remembered there
     assert exit_status(lambda: tasks.progress(Context())) == 2
     assert "who are you?" in capsys.readouterr().err
+
+
+def test_a_crash_report_is_in_the_learners_language(monkeypatch, capsys):
+    from miniagent.lab import tasks as lab
+
+    monkeypatch.setattr(lab, "report_lang", lambda learner=None: "es")
+    assert exit_status(lambda: tasks.ask(TracingContext(-signal.SIGSEGV, "x\n", 1), "q")) == 139
+    assert capsys.readouterr().err.startswith("miniagent: SE HA ROTO: ")
