@@ -121,6 +121,7 @@ def test_the_model_servers_own_error_message_reaches_the_user(decode):
     assert len(server.requests) == 1, "an HTTP 500 is not retried: it will not change"
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("decode", ["scored", "greedy"])
 def test_a_model_server_that_never_answers_is_bounded_by_the_wall_clock(decode):
     with FakeModelServer(hang=True) as server:
@@ -162,6 +163,7 @@ def test_retries_stop_at_max_retries_and_say_so():
     assert outcome.stop_reason == "model_failed" and "after 2 retries" in outcome.answer and len(server.requests) == 3
 
 
+@pytest.mark.timing
 def test_retries_never_outlive_the_run():
     """Retries back off 0.5 s, 1 s, 2 s...: with 1.2 s left, no retry starts that would end past it."""
     with FakeModelServer(status=503, body=b'{"error": {"message": "busy"}}') as server:
@@ -255,6 +257,7 @@ def test_a_dead_model_server_is_a_model_failure_not_a_conjugation_server_failure
     assert "after 1 retries" in outcome.answer
 
 
+@pytest.mark.timing
 @pytest.mark.real_model
 @pytest.mark.parametrize("decode", ["scored", "greedy"])
 def test_real_llama_decoding_stops_when_the_run_is_out_of_time(decode):

@@ -160,6 +160,7 @@ def test_a_model_clock_gives_queued_turns_their_own_budget_and_leaves_the_tools_
     assert tool_timeout > 0.9, "the tool's timeout is not eaten by the time the model spent queued"
 
 
+@pytest.mark.timing
 def test_the_model_clock_still_ends_a_model_that_never_answers():
     started = time.monotonic()
     outcome = grammar_tutor(QUESTION, model=SlowOracle(60), tools=FakeTools(),

@@ -90,7 +90,7 @@ def mutmut_config(wing: str) -> str:
         f"only_mutate = {json.dumps(paths)}",
         f"also_copy = {json.dumps(list(ALSO_COPY))}",
         f"pytest_add_cli_args_test_selection = {json.dumps([f'tests/{t}.py' for t in tests])}",
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout", "-q", "-m", "not slow", "-k", '
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout", "-q", "-m", "not slow and not timing", "-k", '
         f'"{DESELECT}"]',
     ]) + "\n"
 
