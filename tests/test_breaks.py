@@ -38,6 +38,19 @@ def test_the_catalogue_has_every_break_with_complete_metadata():
             assert texts["en"].strip() and texts["es"].strip() and texts["en"] != texts["es"], brk.id
 
 
+@pytest.mark.parametrize("brk", catalogue(), ids=lambda b: b.id)
+def test_every_break_patch_fits_the_intact_source_line_for_line(brk):
+    """A patch that git applies only at an offset still works, but what the learner reads on its page (the
+    patch itself) no longer matches the source they open; a change to src/ must regenerate the patches."""
+    root = Path(__file__).resolve().parents[1]
+    checked = subprocess.run(["git", "apply", "--check", "--verbose", str(brk.patch)], cwd=root, capture_output=True,
+                             text=True)
+    assert checked.returncode == 0, checked.stderr
+    assert "offset" not in checked.stderr and "fuzz" not in checked.stderr, (
+        f"{brk.id}: {checked.stderr.strip()}\nregenerate it: apply it to a clean worktree (git apply "
+        f"{brk.patch.relative_to(root)}), then `git diff > {brk.patch.relative_to(root)}` there")
+
+
 def test_find_by_alias_id_or_number():
     assert find("no-cap").id == find("00-no-cap").id == find("00").id == "00-no-cap"
     with pytest.raises(BreakError, match="unknown variant 'nope'.*no-cap"):
