@@ -149,14 +149,15 @@ def eval_(c, set=None, limit=None, wall_clock_s=None, json=False, options=None):
         _run(c, f"{PY} -m miniagent eval {flags} {_flags(trace=trace_flag)}", trace=trace_file, who="agent")
 
 
-@task(help={"k": "only tests matching this expression", "quick": "skip the real-model tests"})
+@task(help={"k": "only tests matching this expression",
+            "quick": "skip the real-model tests and the slow ones (marked slow: each half a minute or more)"})
 def test(c, k=None, quick=False):
     """Run the test suite (real model and real MCP server included)."""
     selection = []
     if k:
         selection.append(f"-k {shlex.quote(k)}")
     if quick:
-        selection.append("-m 'not real_model'")
+        selection.append("-m 'not real_model and not slow'")
     _run(c, f"{PY} -m pytest -q {' '.join(selection)}", who="tests")
 
 

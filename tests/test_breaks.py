@@ -159,6 +159,7 @@ def test_exp_runs_a_sandbox_and_leaves_the_learners_tree_alone():
     assert {p: p.read_bytes() for p in sorted((ROOT / "src").rglob("*.py"))} == before
 
 
+@pytest.mark.slow  # ~4 min: every break applied, caught, run and reverted
 def test_maintainer_check_every_break_applies_is_caught_shows_its_symptom_and_reverts():
     assert lab.check_breaks(use_ci_models=True) == 0
 
@@ -194,6 +195,7 @@ def test_only_a_failing_test_run_counts_as_caught(code, caught):
         assert problem.startswith(f"the check is broken: the guard tests exited {code} (") and "not found" in problem
 
 
+@pytest.mark.slow  # ~40 s: every break's stand-in run
 def test_tour_json_prints_only_json(capsys):
     results = lab.tour(as_json=True, llm="scripted:oracle")
     printed = json.loads(capsys.readouterr().out)

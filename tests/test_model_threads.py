@@ -98,6 +98,7 @@ def test_the_threads_are_measured_before_anything_of_the_run_starts(monkeypatch)
     assert order[0] == "measure" and sorted(order[1:]) == ["model (1, 'measured')", "server"]
 
 
+@pytest.mark.real_model
 def test_the_model_file_loads_once_in_its_own_thread_while_the_threads_are_measured(monkeypatch):
     """The load (C code, no GIL) overlaps the measurement; the backend gets those weights and loads nothing."""
     import threading
