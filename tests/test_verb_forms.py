@@ -172,3 +172,39 @@ def test_a_word_that_is_not_a_base_form_is_told_what_it_is(word, message):
     with pytest.raises(ConjugationError) as err:
         conjugate(word, "present perfect", "she")
     assert str(err.value) == message
+
+
+class DataFolder:
+    """Stands in for ``importlib.resources.files("miniagent.tools")``: the package's data files from a folder."""
+
+    def __init__(self, folder) -> None:
+        self.folder = folder
+
+    def joinpath(self, *parts):
+        return self.folder.joinpath(*parts[1:])  # ("data", name) -> folder / name
+
+
+@pytest.mark.parametrize("text, error", [
+    ("", "extra_verbs.tsv: header must be 'verb\\twhy'"),
+    ("verb\twhy\textra\n", "extra_verbs.tsv: header must be 'verb\\twhy'"),
+    ("verb\twhy\nsee\tbecause\ngo\n", "extra_verbs.tsv:3: expected 2 tab-separated fields, got 'go'"),
+    ("verb\twhy\nsee\t\n", "extra_verbs.tsv:2: expected 2 tab-separated fields, got 'see\\t'"),
+    ("verb\twhy\n see\tbecause\n", "extra_verbs.tsv:2: expected 2 tab-separated fields, got ' see\\tbecause'"),
+])
+def test_a_malformed_data_file_is_a_packaging_bug_named_with_its_line(text, error, tmp_path, monkeypatch):
+    from miniagent.tools import conjugation
+
+    (tmp_path / "extra_verbs.tsv").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(conjugation.resources, "files", lambda package: DataFolder(tmp_path))
+    with pytest.raises(RuntimeError) as raised:
+        conjugation._tsv("extra_verbs.tsv", ("verb", "why"))
+    assert str(raised.value) == error
+
+
+def test_the_data_files_rows_are_read_whole(tmp_path, monkeypatch):
+    from miniagent.tools import conjugation
+
+    (tmp_path / "chosen.tsv").write_text("verb\tstem\tform\twhy\nlearn\tpast\tlearned\tUS\nburn\tpast\tburned\tUS\n")
+    monkeypatch.setattr(conjugation.resources, "files", lambda package: DataFolder(tmp_path))
+    assert conjugation._tsv("chosen.tsv", ("verb", "stem", "form", "why")) == [
+        ("learn", "past", "learned", "US"), ("burn", "past", "burned", "US")]
