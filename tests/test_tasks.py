@@ -13,6 +13,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -278,3 +279,30 @@ def test_a_crash_report_is_in_the_learners_language(monkeypatch, capsys):
     monkeypatch.setattr(lab, "report_lang", lambda learner=None: "es")
     assert exit_status(lambda: tasks.ask(TracingContext(-signal.SIGSEGV, "x\n", 1), "q")) == 139
     assert capsys.readouterr().err.startswith("miniagent: SE HA ROTO: ")
+
+
+def test_a_process_a_mutation_run_left_behind_is_killed_and_named(tmp_path):
+    """A test killed on mutmut's timeout cannot stop the server it started: the run's end finds it by the
+    sandbox in its PYTHONPATH and kills it; a process outside the sandbox is left alone."""
+    import psutil
+
+    from miniagent.lab import mutants
+
+    work = tmp_path / "miniagent-mutants-tools-x"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    inside = subprocess.Popen(sleeper, env={**os.environ, "PYTHONPATH": mutants.import_path(work)})
+    outside = subprocess.Popen(sleeper, env={**os.environ, "PYTHONPATH": str(tmp_path / "elsewhere")})
+    try:
+        for proc in (inside, outside):  # until each has exec'd: before that it has our environment, not its own
+            deadline = time.monotonic() + 10
+            while "time.sleep(60)" not in " ".join(psutil.Process(proc.pid).cmdline()):
+                assert time.monotonic() < deadline, "the sleeper never started"
+                time.sleep(0.01)
+        left = mutants.reap_leftovers(work)
+        assert len(left) == 1 and "time.sleep(60)" in left[0], left
+        assert not psutil.pid_exists(inside.pid), "killed and reaped (here our child; an orphan is init's)"
+        assert outside.poll() is None, "a process outside the sandbox is not touched"
+    finally:
+        for proc in (inside, outside):
+            proc.kill()
+            proc.wait(timeout=5)

@@ -18,6 +18,7 @@ It runs in a throwaway copy of ``src/``, ``tests/``, ``tasks.py`` and ``pyprojec
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -136,6 +137,7 @@ def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
         diffs = {name: subprocess.run([*mutmut, "show", name], cwd=work, env=env, capture_output=True,
                                       text=True).stdout for name in survivors}
     finally:
+        left_behind = reap_leftovers(work)
         shutil.rmtree(work, ignore_errors=True)
     touched = changed(before, checkout_digest(root))
     tested = stats["total"] - stats.get("skipped", 0) - stats.get("no_tests", 0)
@@ -143,7 +145,30 @@ def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
     return {"wing": wing, "date": f"{datetime.now():%Y-%m-%d}", "seconds": round(time.monotonic() - started),
             "stats": stats, "score": round(score, 1), "survivors": survivors, "untested": untested, "diffs": diffs,
             "unexplained": [name for name in survivors if not is_explained(name, explained(root))],
+            "left_behind": left_behind,
             "problem": check_problem(ran.returncode, stats, touched, log_path(wing))}
+
+
+def reap_leftovers(work: Path) -> list[str]:
+    """Kill what the run's tests left running, and say what it was.
+
+    mutmut kills a test that outlives its timeout with SIGKILL, which gives the test no chance to stop what it
+    started: a wedged MCP server (the hang fault) then outlives the run, an orphan. Every process a test
+    starts inherits the run's PYTHONPATH, which names the sandbox; that is how they are found."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if proc.pid != os.getpid() and str(work) in proc.environ().get("PYTHONPATH", ""):
+                found.append(proc)
+        except psutil.Error:  # gone meanwhile, or not ours to read
+            continue
+    for proc in found:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(found, timeout=2)
+    return [" ".join(proc.info["cmdline"] or []) or f"pid {proc.pid}" for proc in found]
 
 
 def import_path(work: Path) -> str:
@@ -200,6 +225,9 @@ def report(result: dict) -> str:
              f"{result['date']}, in {result['seconds']} s",
              f"mutmut's figures: {json.dumps(s)}; its log: {log_path(result['wing'])}",
              f"survivors not explained in {EXPLAINED}: {len(result['unexplained'])}"]
+    if result.get("left_behind"):
+        lines.append(f"processes the run's tests left behind (killed at its end): {len(result['left_behind'])}, "
+                     f"e.g. {result['left_behind'][0]}")
     for name in result["survivors"]:
         mark = "" if name in result["unexplained"] else " (explained)"
         lines.append(f"\n{name}{mark}\n{result['diffs'].get(name, '').strip()}")
