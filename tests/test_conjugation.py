@@ -392,6 +392,7 @@ def test_validate_verb_rejects(bad, hint):
     assert hint in str(err.value)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("blob", ["a" * 10_240, "go " * 3_414, "to " * 3_414, "\n" * 10_240 + "go"])
 def test_ten_kilobyte_verb_is_rejected_quickly(blob):
     start = time.perf_counter()
@@ -448,3 +449,56 @@ def test_every_data_row_is_well_formed(name, header):
         if name == "chosen_forms.tsv":
             assert fields[1] in ("third", "past", "participle", "ing"), f"line {lineno}: {fields[1]!r}"
             assert re.fullmatch(r"[a-z]+(-[a-z]+)*", fields[2]), f"line {lineno}: {fields[2]!r}"
+
+
+# --------------------------------------------------------------------------
+# The exact words of a refusal, at its limits (found by `invoke mutants --wing tools`)
+# --------------------------------------------------------------------------
+
+
+def refusal(verb) -> str:
+    with pytest.raises(ConjugationError) as err:
+        validate_verb(verb)
+    return str(err.value)
+
+
+def test_a_verb_that_is_not_text_is_named_by_its_type():
+    assert refusal(3) == "The verb must be text, not int."
+    assert refusal(None) == "The verb must be text, not NoneType."
+
+
+def test_an_empty_verb_is_told_to_give_one_word():
+    assert refusal("  ") == "The verb is empty; give one word like 'go'."
+
+
+def test_the_length_limits_are_inclusive():
+    from miniagent.tools.conjugation import _MAX_RAW_LEN, MAX_VERB_LEN
+
+    too_long = f"The verb is too long (max {MAX_VERB_LEN} letters); give one word like 'go'."
+    # exactly at each limit: judged as a word (here: not in the lexicon), not refused for its length
+    assert refusal("z" * MAX_VERB_LEN) == f"'{'z' * MAX_VERB_LEN}' is not an English verb (it is not in the verb lexicon)."
+    assert refusal("z" * (MAX_VERB_LEN + 1)) == too_long
+    spaced = "go" + " " * (_MAX_RAW_LEN - 2)  # spaces count towards the raw limit, not the word's
+    assert validate_verb(spaced) == "go" and len(spaced) == _MAX_RAW_LEN
+    assert refusal(spaced + " ") == too_long
+
+
+def test_more_than_one_verb_is_refused_with_the_words_it_was_given():
+    assert refusal("go home") == ("'go home' is not a single word; give one verb in letters only, like 'go', "
+                                  "or a phrasal verb, like 'give up'.")
+
+
+def test_a_refusal_quotes_at_most_forty_characters_of_what_it_was_given():
+    tail = "is not a single word; give one verb in letters only, like 'go', or a phrasal verb, like 'give up'."
+    forty = "go" + " " * 37 + "2"  # words in it are short; the spaces make it long
+    assert refusal(forty) == f"'{forty}' {tail}"
+    assert refusal(forty + "3") == f"'{forty[:40]}...' {tail}"
+
+
+@pytest.mark.parametrize(("word", "message"), [
+    ("gave up on", "'gave' is the past of 'give'; give the base form 'give up on'."),
+    ("axes", "'axes' is the he/she/it form of 'ax' or the he/she/it form of 'axe'; give the base form 'ax' or 'axe'."),
+    ("left", "'left' is the past and the past participle of 'leave'; give the base form 'leave'."),
+])
+def test_an_inflected_form_is_told_every_base_form_it_comes_from(word, message):
+    assert refusal(word) == message

@@ -96,3 +96,41 @@ def test_inflected_and_phrasal_verbs_over_mcp():
     went, give_up = run_session(steps)
     assert went.is_error and went.content[0].text == "'went' is the past of 'go'; give the base form 'go'."
     assert not give_up.is_error and give_up.content[0].text == "she has given up"
+
+
+# --- the server's command line, parsed in the test process (found by `invoke mutants --wing tools`) ---------------
+def test_the_servers_faults_come_from_flags_first_then_the_environment():
+    from miniagent.tools.server import DELAY_ENV, HANG_ON_ENV, parse_faults
+
+    env = {DELAY_ENV: " 0.25 ", HANG_ON_ENV: " go "}
+    assert parse_faults([], {}) == (0.0, None)
+    assert parse_faults([], env) == (0.25, "go")
+    assert parse_faults(["--delay", "1.5", "--hang-on", "see"], env) == (1.5, "see")
+    assert parse_faults(["--delay", "0"], env) == (0.0, "go")
+    assert parse_faults(["--hang-on", " "], env) == (0.25, None), "a blank flag means no hang, not the env's"
+
+
+@pytest.mark.parametrize("argv, env, says", [
+    (["--delay", "-1"], {}, "delay must be >= 0, got -1.0"),
+    ([], {"MINIAGENT_FAULT_DELAY": "soon"}, "MINIAGENT_FAULT_DELAY='soon' is not a number of seconds"),
+    (["--delay", "soon"], {}, "argument --delay: invalid float value: 'soon'"),
+])
+def test_a_bad_fault_setting_is_refused_with_usage(argv, env, says, capsys):
+    from miniagent.tools.server import parse_faults
+
+    with pytest.raises(SystemExit) as stopped:
+        parse_faults(argv, env)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.startswith("usage: python -m miniagent.tools.server ") and says in err, err
+
+
+def test_the_servers_help_names_each_fault_and_its_environment_variable():
+    from miniagent.tools import server
+
+    parser = server._parser()
+    assert parser.description == server.__doc__.split("\n\n")[0] == \
+        "The conjugation MCP server: two tools over stdio, with lab faults on demand."
+    (delay,) = [a for a in parser._actions if "--delay" in a.option_strings]
+    (hang,) = [a for a in parser._actions if "--hang-on" in a.option_strings]
+    assert (delay.metavar, delay.default, hang.metavar, hang.default) == ("SECONDS", None, "VERB", None)
+    assert server.DELAY_ENV in delay.help and server.HANG_ON_ENV in hang.help
