@@ -51,7 +51,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
                ["test_amx", "test_model_threads", "test_model_failures", "test_openai_backend", "test_shared_server",
                 "test_settings_reach"]),
     "tools": (["src/miniagent/tools/*"],
-              ["test_conjugation", "test_verb_forms", "test_mcp_surface", "test_mcp_server", "test_properties_client",
+              ["test_conjugation", "test_verb_forms", "test_mcp_surface", "test_mcp_server", "test_mcp_client_messages", "test_properties_client",
                "test_settings_reach"]),
     "lab": (["src/miniagent/lab/*"],
             ["test_harness", "test_notebook", "test_exercise_loop", "test_evaluation", "test_classload", "test_crash",
