@@ -40,9 +40,9 @@ def _run(c, command: str, *, trace: Path | None = None, who: str = "process") ->
 
 
 def _report_crash(result, trace: Path | None, who: str) -> None:
-    from miniagent.lab import crash
-    from miniagent.lab.harness import Progress, TraceFollower
-    from miniagent.lab.tasks import report_lang
+    from miniagent.lab.harness import crash
+    from miniagent.lab.harness.run import Progress, TraceFollower
+    from miniagent.lab.commands.tasks import report_lang
 
     progress = Progress()
     if trace is not None:
@@ -173,7 +173,7 @@ def bench(c, json=False, only=None, amx=None, load=None, runs=None, save=None):
     flags = [_flags(json=json, only=only, runs=runs, save=save)]
     flags += [f"--amx {shlex.quote(a.strip())}" for a in (amx or "").split(",") if a.strip()]
     flags += [f"--load {loads.get(x.strip(), shlex.quote(x.strip()))}" for x in (load or "").split(",") if x.strip()]
-    _run(c, f"{PY} -m miniagent.lab.bench {' '.join(flags)}", who="bench")
+    _run(c, f"{PY} -m miniagent.lab.commands.bench {' '.join(flags)}", who="bench")
 
 
 @task
@@ -190,7 +190,7 @@ def docs_build(c):
 
 # --- breaks, experiments, predictions -----------------------------------------------------------
 def _lab():
-    from miniagent.lab import tasks as lab
+    from miniagent.lab.commands import tasks as lab
 
     return lab
 
@@ -202,9 +202,9 @@ def _refuse(err: Exception) -> None:
 
 def _errors():
     """The learner-facing refusals: a clear message and exit status 2, never a traceback."""
-    from miniagent.lab.breaks import BreakError
-    from miniagent.lab.notebook import PredictionError
-    from miniagent.lab.progress import StateError
+    from miniagent.lab.catalogue import BreakError
+    from miniagent.lab.learner.notebook import PredictionError
+    from miniagent.lab.learner.progress import StateError
 
     return BreakError, PredictionError, StateError, ValueError
 
@@ -233,7 +233,7 @@ LANG_HELP = "en | es (default: the language of your notebook)"
 
 def _who(learner, required=False):
     """The learner named here, else the one who ran a command last (None, or a refusal if required)."""
-    from miniagent.lab.progress import resolve_learner
+    from miniagent.lab.learner.progress import resolve_learner
 
     return resolve_learner(ROOT, learner, required=required)
 
@@ -375,7 +375,7 @@ def docs_check(c):
 @task(help={"only": "one break only"})
 def counterexamples(c, only=None):
     """Run each break against its property tests; write hypothesis's smallest failing world to docs_results/."""
-    from miniagent.lab import counterexamples as ce
+    from miniagent.lab.commands import counterexamples as ce
 
     ce.write(ROOT / "docs_results", only=only)
 
@@ -384,7 +384,7 @@ def counterexamples(c, only=None):
             "wing": "the wings to mutate, comma-separated: agent, models, tools, lab, cli, tasks (default: all)"})
 def mutants(c, max_children=2, wing=None):
     """Mutation testing of the whole package, wing by wing, with each wing's tests (mutmut; slow: not in CI)."""
-    from miniagent.lab import mutants as mm
+    from miniagent.lab.commands import mutants as mm
 
     wings = [w.strip() for w in str(wing).split(",") if w.strip()] if wing else list(mm.WINGS)
     unknown = [w for w in wings if w not in mm.WINGS]
@@ -418,7 +418,7 @@ def class_load(c, learners="1,4,8,16", base_url=None, questions_each=None, wall_
 
     from rich.console import Console
 
-    from miniagent.lab import classload
+    from miniagent.lab.commands import classload
 
     console = Console(quiet=json)
     settings = {k: float(v) for k, v in (("wall_clock_s", wall_clock_s), ("model_wall_clock_s", model_wall_clock_s))

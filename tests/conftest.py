@@ -16,7 +16,7 @@ import pytest
 from hypothesis import Phase, settings
 
 from miniagent.agent.trace import Trace
-from miniagent.lab import progress
+from miniagent.lab.learner import progress
 
 ROOT = Path(__file__).resolve().parents[1]
 

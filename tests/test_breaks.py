@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from miniagent.lab import notebook
-from miniagent.lab import tasks as lab
-from miniagent.lab.breaks import BreakError, apply_to_tree, catalogue, find, is_applied, revert_in_tree
+from miniagent.lab.learner import notebook
+from miniagent.lab.commands import tasks as lab
+from miniagent.lab.catalogue import BreakError, apply_to_tree, catalogue, find, is_applied, revert_in_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = ["00-no-cap", "01-dead-config", "02-broad-catch", "03-no-dedup", "04-no-breaker", "05-no-tool-timeout",
@@ -76,7 +76,7 @@ def _digest(tree: Path) -> dict:
 def test_an_experiment_never_carries_the_break_the_learner_applied(learner_tree, variant):
     """A learner has no-cap applied to their own src/; the baseline's copy is intact, a break's copy has that
     break alone."""
-    from miniagent.lab.breaks import make_sandbox, source_digest
+    from miniagent.lab.catalogue import make_sandbox, source_digest
 
     intact = source_digest(learner_tree / "src")
     apply_to_tree(find("no-cap", learner_tree), learner_tree)
@@ -204,7 +204,7 @@ def test_tour_json_prints_only_json(capsys):
 
 
 def test_every_break_says_what_a_run_must_show_before_its_timeout():
-    from miniagent.lab.harness import NEEDS_KEYS
+    from miniagent.lab.harness.run import NEEDS_KEYS
 
     for brk in catalogue():
         assert brk.needs and set(brk.needs) <= set(NEEDS_KEYS) and all(n >= 1 for n in brk.needs.values()), brk.id
@@ -235,7 +235,7 @@ def test_a_run_that_never_reaches_the_broken_code_is_not_exercised_and_not_score
 
 
 def test_the_verdict_says_whether_the_symptom_showed():
-    from miniagent.lab.harness import RunRecord
+    from miniagent.lab.harness.run import RunRecord
 
     brk = find("orphan-server")
     shown = RunRecord(command=["x"], timeout=6, outcome="timeout", needs={"tool_calls": 1}, needs_met=True,
@@ -257,7 +257,7 @@ def test_the_busy_core_is_reaped():
 
 
 def test_a_busy_loop_is_judged_against_the_cpu_other_programs_left():
-    from miniagent.lab.breaks import Expect
+    from miniagent.lab.catalogue import Expect
 
     expect = Expect(cpu_mean_min=50)
     quiet = {"cpu_mean": 45.0, "machine_busy": False, "cpus": 2, "other_cpu_mean": 20.0}

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from miniagent.agent import errors
-from miniagent.lab import classload
+from miniagent.lab.commands import classload
 
 
 def _subclasses(cls) -> set:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from miniagent.lab import counterexamples as ce
-from miniagent.lab import mutants
-from miniagent.lab.breaks import catalogue
+from miniagent.lab.commands import counterexamples as ce
+from miniagent.lab.commands import mutants
+from miniagent.lab.catalogue import catalogue
 
 WORLD = {"en": "A model that repeats one call.\nEvery tool call fails with a tool error.",
          "es": "Un modelo que repite una llamada.\nCada llamada a una herramienta falla."}

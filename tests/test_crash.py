@@ -15,11 +15,13 @@ import psutil
 import pytest
 from helpers import crash_env, start_foreign_spinner
 
-from miniagent.lab import crash, progress
-from miniagent.lab import tasks as lab
-from miniagent.lab.breaks import find
-from miniagent.lab.harness import crash_note, machine_note, run_experiment, summary
-from miniagent.lab.notebook import compare
+from miniagent.lab.harness import crash
+
+from miniagent.lab.learner import progress
+from miniagent.lab.commands import tasks as lab
+from miniagent.lab.catalogue import find
+from miniagent.lab.harness.run import crash_note, machine_note, run_experiment, summary
+from miniagent.lab.learner.notebook import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What is the past simple of go for she?"
@@ -63,6 +65,7 @@ def test_the_frames_quoted_are_the_ones_that_died_in_the_model():
               "Extension modules: numpy (total: 1)", "Traceback (most recent call last):", "BrokenPipeError"]
     assert crash.fatal_error(stderr) == ["Fatal Python error: Segmentation fault", stderr[6], stderr[7], stderr[8]]
     assert crash.fatal_error(["no report here"]) == []
+
 
 
 @pytest.mark.real_model

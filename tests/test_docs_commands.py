@@ -204,7 +204,7 @@ def test_the_pages_have_commands_in_both_languages():
 def test_every_invoke_command_on_every_page_parses():
     from invoke.exceptions import ParseError
 
-    from miniagent.lab.breaks import BreakError, find
+    from miniagent.lab.catalogue import BreakError, find
 
     problems = []
     for cmd in invoke_commands():
@@ -251,7 +251,7 @@ def _module_parser(module: str):
 
         return _parser()
     if module == "miniagent.lab.harness":
-        from miniagent.lab.harness import build_parser
+        from miniagent.lab.harness.run import build_parser
 
         return build_parser()
     if module == "miniagent.models.llama_server":

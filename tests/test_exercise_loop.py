@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from miniagent.lab import notebook, progress
-from miniagent.lab import tasks as lab
-from miniagent.lab.breaks import apply_to_tree, find, is_applied, reset_in_tree
+from miniagent.lab.learner import notebook, progress
+from miniagent.lab.commands import tasks as lab
+from miniagent.lab.catalogue import apply_to_tree, find, is_applied, reset_in_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -250,7 +250,7 @@ def test_watch_reruns_the_guard_tests_on_a_save_and_stops_cleanly_on_ctrl_c(tree
     """A short-lived watcher: the first run, a save, the second run, then Ctrl-C (SIGINT)."""
     apply_to_tree(find("no-cap", tree), tree)
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "miniagent.lab.watch", "no-cap", "--root", str(tree)],
+    proc = subprocess.Popen([sys.executable, "-m", "miniagent.lab.commands.watch", "no-cap", "--root", str(tree)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tree)
     lines: list[str] = []
     try:
@@ -275,7 +275,7 @@ def test_watch_reruns_the_guard_tests_on_a_save_and_stops_cleanly_on_ctrl_c(tree
 def test_only_a_save_of_a_python_file_wakes_the_watcher():
     from watchdog import events as ev
 
-    from miniagent.lab.watch import saved_file
+    from miniagent.lab.commands.watch import saved_file
 
     saves = [ev.FileModifiedEvent("/s/loop.py"), ev.FileClosedEvent("/s/loop.py"), ev.FileCreatedEvent("/s/new.py"),
              ev.FileDeletedEvent("/s/gone.py"), ev.FileMovedEvent("/s/.loop.py.swp", "/s/loop.py")]
@@ -288,7 +288,7 @@ def test_only_a_save_of_a_python_file_wakes_the_watcher():
 
 
 def test_watch_stops_after_max_runs(tree, capsys):
-    from miniagent.lab.watch import watch
+    from miniagent.lab.commands.watch import watch
 
     seen = []
     assert watch("no-cap", tree, max_runs=1, on_result=seen.append) == 0

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from helpers import start_foreign_spinner
 
-from miniagent.lab.harness import (
+from miniagent.lab.harness.run import (
     RunRecord,
     TraceFollower,
     deadline_note,
@@ -328,7 +328,7 @@ def _measured() -> list[Path]:
 
 
 def test_every_docs_chart_is_drawn_from_its_measured_json(tmp_path):
-    from miniagent.lab.tasks import docs_charts
+    from miniagent.lab.commands.tasks import docs_charts
 
     written = docs_charts(RESULTS, tmp_path)
     assert len(written) == 2 * len(_measured()) >= 30
@@ -357,7 +357,7 @@ def test_a_docs_chart_is_readable_at_the_page_width_and_speaks_the_page_language
 
 def test_a_reply_continued_without_end_keeps_the_followers_memory_bounded():
     """Break 07 continues one reply for ever: the follower keeps a bounded piece of it, not every piece joined."""
-    from miniagent.lab.harness import ACTION_TEXT_MAX
+    from miniagent.lab.harness.run import ACTION_TEXT_MAX
 
     progress = Progress()
     for i in range(5000):

@@ -9,9 +9,9 @@ from __future__ import annotations
 import io
 from rich.console import Console
 
-from miniagent.lab import notebook
-from miniagent.lab import tasks as lab
-from miniagent.lab.harness import Progress, RunRecord, render_panel
+from miniagent.lab.learner import notebook
+from miniagent.lab.commands import tasks as lab
+from miniagent.lab.harness.run import Progress, RunRecord, render_panel
 
 ANSWER = "The conjugation server failed: reached max_turns=1 [stop_reason: server_failed]."
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from miniagent.lab.notebook import (
+from miniagent.lab.learner.notebook import (
     PredictionError,
     add_prediction,
     append_observation,
@@ -288,7 +288,7 @@ def test_an_exercised_run_is_scored_even_on_a_busy_machine(tmp_path):
 # --------------------------------------------------------------------------
 
 def test_a_notebook_at_the_first_layout_moves_byte_for_byte(tmp_path):
-    from miniagent.lab.notebook import MigrationError, OLD_RELPATH, migrate
+    from miniagent.lab.learner.notebook import MigrationError, OLD_RELPATH, migrate
 
     folder = tmp_path / "learners" / "bea"
     old = folder / OLD_RELPATH
@@ -314,7 +314,7 @@ def test_a_notebook_at_the_first_layout_moves_byte_for_byte(tmp_path):
 
 def test_the_lab_reads_a_notebook_from_the_first_layout(tmp_path):
     """Any command moves it first, so a learner's old predictions are found where they were."""
-    from miniagent.lab.notebook import OLD_RELPATH
+    from miniagent.lab.learner.notebook import OLD_RELPATH
 
     path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
     fill(path, outcome="timeout")
@@ -390,7 +390,7 @@ def test_a_missing_stop_reason_is_written_none(tmp_path):
 
 
 def test_crash_means_the_same_in_the_templates_and_in_the_harness():
-    from miniagent.lab.harness import Progress, RunRecord, _fill_outcome
+    from miniagent.lab.harness.run import Progress, RunRecord, _fill_outcome
 
     record = RunRecord(command=["x"], timeout=1.0)
     _fill_outcome(record, Progress(), {}, timed_out=False, interrupted=False)

@@ -12,8 +12,8 @@ from collections import defaultdict
 from generated import run_world, worlds
 from hypothesis import given, note
 
-from miniagent.lab.classload import turn_latencies
-from miniagent.lab.harness import Progress, RunRecord, _fill_from_trace
+from miniagent.lab.commands.classload import turn_latencies
+from miniagent.lab.harness.run import Progress, RunRecord, _fill_from_trace
 
 
 def record_of(events: list[dict]) -> RunRecord:

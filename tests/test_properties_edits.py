@@ -18,8 +18,8 @@ from pathlib import Path
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from miniagent.lab import notebook
-from miniagent.lab.breaks import BreakError, apply_to_tree, catalogue, is_applied, revert_in_tree
+from miniagent.lab.learner import notebook
+from miniagent.lab.catalogue import BreakError, apply_to_tree, catalogue, is_applied, revert_in_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 BREAKS = catalogue(ROOT)

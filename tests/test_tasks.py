@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from invoke import Config, Context
 
-from miniagent.lab import progress
+from miniagent.lab.learner import progress
 
 ROOT = Path(__file__).resolve().parents[1]
 # The repository's tasks.py, loaded from its file: `import tasks` through sys.path fails inside mutmut's
@@ -99,14 +99,14 @@ def test_a_crashed_command_is_named_once_and_clearly(capsys):
 ])
 @pytest.mark.parametrize("status", [0, 1, 2, 4, 5])
 def test_an_in_process_task_exits_with_the_status_its_check_returned(monkeypatch, name, lab_function, call, status):
-    from miniagent.lab import tasks as lab
+    from miniagent.lab.commands import tasks as lab
 
     monkeypatch.setattr(lab, lab_function, lambda *args, **kwargs: status)
     assert exit_status(call) == status
 
 
 def test_mutants_exit_1_when_a_survivor_is_unexplained_and_2_when_a_wing_tested_nothing(monkeypatch):
-    from miniagent.lab import mutants
+    from miniagent.lab.commands import mutants
 
     for unexplained, problem, status in (([], None, 0), (["x"], None, 1), ([], "mutmut exited with status 1", 2),
                                          (["x"], "3 of 5 mutants were never tested", 2)):
@@ -117,7 +117,7 @@ def test_mutants_exit_1_when_a_survivor_is_unexplained_and_2_when_a_wing_tested_
 
 def test_a_mutation_run_that_tested_nothing_is_a_broken_check_not_a_clean_one():
     # seen: mutmut stopped before its first mutant (a test file did not import), and the wing read 0 survivors
-    from miniagent.lab import mutants
+    from miniagent.lab.commands import mutants
 
     figures = {"killed": 0, "survived": 0, "total": 273, "no_tests": 0, "skipped": 0, "timeout": 0}
     assert "exited with status 1" in mutants.check_problem(1, figures)
@@ -170,7 +170,7 @@ def test_every_model_option_of_a_task_reaches_the_agents_command_line(option, mo
         words = c.commands[-1].split()
         assert words[words.index(flag) + 1] == value, c.commands[-1]
     assert str(getattr(build_parser().parse_args(["ask", "q", flag, value]), option)) == value, "the agent takes it"
-    from miniagent.lab import tasks as lab
+    from miniagent.lab.commands import tasks as lab
 
     given: dict = {}
     monkeypatch.setattr(lab, "exp", lambda variant, **kwargs: given.update(kwargs))
@@ -186,7 +186,7 @@ def test_a_mutation_run_imports_mutmuts_copy_although_mutmut_writes_it_after_the
                                                                                                      tmp_path):
     """Seen on the cli wing: mutmut's process imported the checkout's package (the editable install) and a test's
     learner task applied a break to the checkout. The interpreter starts before mutmut writes its copy."""
-    from miniagent.lab import mutants
+    from miniagent.lab.commands import mutants
 
     checkout = tmp_path / "checkout" / "src" / "pkg"
     checkout.mkdir(parents=True)
@@ -203,7 +203,7 @@ def test_a_mutation_run_imports_mutmuts_copy_although_mutmut_writes_it_after_the
 
 
 def test_a_mutation_run_that_changed_the_checkout_is_a_broken_check(tmp_path):
-    from miniagent.lab import mutants
+    from miniagent.lab.commands import mutants
 
     (tmp_path / "src" / "pkg").mkdir(parents=True)
     (tmp_path / "src" / "pkg" / "loop.py").write_text("x = 1\n")
@@ -274,7 +274,7 @@ def test_a_learner_command_without_a_learner_asks_who_you_are(monkeypatch, tmp_p
 
 
 def test_a_crash_report_is_in_the_learners_language(monkeypatch, capsys):
-    from miniagent.lab import tasks as lab
+    from miniagent.lab.commands import tasks as lab
 
     monkeypatch.setattr(lab, "report_lang", lambda learner=None: "es")
     assert exit_status(lambda: tasks.ask(TracingContext(-signal.SIGSEGV, "x\n", 1), "q")) == 139
@@ -286,7 +286,7 @@ def test_a_process_a_mutation_run_left_behind_is_killed_and_named(tmp_path):
     sandbox in its PYTHONPATH and kills it; a process outside the sandbox is left alone."""
     import psutil
 
-    from miniagent.lab import mutants
+    from miniagent.lab.commands import mutants
 
     work = tmp_path / "miniagent-mutants-tools-x"
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]

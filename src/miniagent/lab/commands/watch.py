@@ -5,7 +5,7 @@ process (pytest), so a broken edit (a syntax error, an endless loop caught by th
 never take the watcher down.  Ctrl-C ends it cleanly: the file watcher is stopped, a test run in
 progress is ended, and the exit status is 0.
 
-Run it directly as ``python -m miniagent.lab.watch VARIANT [--root DIR]``; ``--max-runs N`` stops
+Run it directly as ``python -m miniagent.lab.commands.watch VARIANT [--root DIR]``; ``--max-runs N`` stops
 after N test runs (the tests of this module use it, with a short-lived watcher).
 """
 
@@ -26,7 +26,7 @@ from typing import Callable
 from rich.console import Console
 from rich.text import Text
 
-from .breaks import ROOT, BreakError
+from ..catalogue import ROOT, BreakError
 
 SAVES = {"created", "modified", "moved", "deleted", "closed"}  # watchdog event types ("closed": after a write)
 DEBOUNCE_S = 0.3  # an editor's save is often several events; wait for them to settle
@@ -141,7 +141,7 @@ def watch(variant: str, root: Path = ROOT, *, lang: str = "en", max_runs: int | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m miniagent.lab.watch",
+    parser = argparse.ArgumentParser(prog="python -m miniagent.lab.commands.watch",
                                      description="Re-run a break's guard tests on every save under src/.")
     parser.add_argument("variant", help="a break (alias, id or number), or 'all'")
     parser.add_argument("--root", type=Path, default=ROOT, help="the lab's folder (default: this checkout)")

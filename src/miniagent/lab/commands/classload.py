@@ -27,8 +27,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .evaluation import DEFAULT_SET, is_correct, load_eval_set, percentile
-from .process_tree import MachineLoad, TreeSampler, _signal_group, load_average
+from ..evaluation import DEFAULT_SET, is_correct, load_eval_set, percentile
+from ..harness.process_tree import MachineLoad, TreeSampler, _signal_group, load_average
 
 LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
 
@@ -42,7 +42,7 @@ def assign(n_items: int, learners: int, questions_each: int | None = None) -> li
 
 # --- one learner (a subprocess) -----------------------------------------------------------------
 def learner_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="miniagent.lab.classload")
+    parser = argparse.ArgumentParser(prog="miniagent.lab.commands.classload")
     parser.add_argument("--set", dest="eval_set", default=str(DEFAULT_SET))
     parser.add_argument("--items", required=True, help="comma-separated question indices")
     parser.add_argument("--settings", default="{}", help="TutorConfig settings as a JSON object")
@@ -50,9 +50,9 @@ def learner_main(argv: list[str] | None = None) -> int:
 
     import logging
 
-    from ..agent.config import load_config
-    from ..agent.trace import Trace
-    from .session import TutorSession
+    from ...agent.config import load_config
+    from ...agent.trace import Trace
+    from ..session import TutorSession
 
     logging.getLogger("miniagent").setLevel(logging.WARNING)
     items = load_eval_set(args.eval_set)
@@ -101,7 +101,7 @@ def run_level(learners: int, base_url: str, *, eval_set: Path = DEFAULT_SET, que
             log = open(log_dir / f"learner-{learners}-{i}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
             logs.append(log)
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "miniagent.lab.classload", "--set", str(eval_set),
+                [sys.executable, "-m", "miniagent.lab.commands.classload", "--set", str(eval_set),
                  "--items", ",".join(map(str, share)), "--settings", json.dumps(settings)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
                 start_new_session=True))  # a group per learner: its MCP server is reaped with it
@@ -179,7 +179,7 @@ def class_load(levels: list[int], *, base_url: str | None = None, eval_set: Path
                questions_each: int | None = None, settings: dict | None = None, model_path: str | None = None,
                on_level=None) -> dict:
     """Every level in turn against one server (``base_url``, or llama-cpp-python's started here and reaped)."""
-    from .model_server import llama_cpp_server
+    from ..model_server import llama_cpp_server
 
     log_dir = Path(tempfile.mkdtemp(prefix="miniagent-class-"))
     started_here = base_url is None

@@ -1,6 +1,6 @@
 """The run's process tree: sample its CPU and memory, signal it, kill it, find what outlived it.
 
-Used by :mod:`miniagent.lab.harness`.  Everything here works on pids and
+Used by :mod:`miniagent.lab.harness.run`.  Everything here works on pids and
 process groups with psutil, and knows nothing about agents or traces.
 :class:`MachineLoad` measures the rest of the machine: how much CPU the
 programs *outside* the tree used meanwhile, so a run on a busy laptop can
@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import psutil
 
-from ..models import usable_cpus  # re-exported for the harness: one answer to "how many CPUs may we use"
+from ...models import usable_cpus  # re-exported for the harness: one answer to "how many CPUs may we use"
 
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 

@@ -24,12 +24,12 @@
    ``processes_left``, then kills them so the lab leaves nothing behind.
 
 Every sample also records the CPU the *other* programs of the machine used
-(:class:`~miniagent.lab.process_tree.MachineLoad`), so the record can say
+(:class:`~miniagent.lab.harness.process_tree.MachineLoad`), so the record can say
 when the run competed for the CPU (``machine_busy``, :func:`machine_note`).
 
 The result is a :class:`RunRecord`; :func:`save_record` writes it as JSON
 next to an SVG chart of CPU over time (:func:`write_svg`).  Sampling,
-signalling and killing the tree live in :mod:`miniagent.lab.process_tree`.
+signalling and killing the tree live in :mod:`miniagent.lab.harness.process_tree`.
 
 Run it by hand::
 
@@ -305,7 +305,7 @@ class Progress:
 
     def _refused(self) -> None:
         """The call a cap refused is the turn's action, read as the loop reads it: a repeat counts as one."""
-        from ..agent.actions import InvalidAction, parse_action
+        from ...agent.actions import InvalidAction, parse_action
 
         try:
             action = parse_action(self._turn_text, first_turn=self.turns == 1, may_answer=True)
@@ -705,7 +705,7 @@ def summary(record: RunRecord) -> str:
 
 
 def crash_note(record: RunRecord, lang: str = "en") -> list[str]:
-    """The crash report when the agent died of a signal (empty otherwise): see :mod:`miniagent.lab.crash`."""
+    """The crash report when the agent died of a signal (empty otherwise): see :mod:`miniagent.lab.harness.crash`."""
     if not record.signal:
         return []
     return crash.describe(record.signal, loop_started=record.loop_start_s is not None, turns=record.turns,

@@ -32,7 +32,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from .breaks import ROOT
+from ..catalogue import ROOT
 
 EXPLAINED = Path("tests") / "mutants-explained.md"
 def log_path(wing: str) -> Path:

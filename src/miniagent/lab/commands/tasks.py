@@ -25,13 +25,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from . import notebook, progress
-from .breaks import ROOT, Break, BreakError, agent_command, apply_to_tree, catalogue, find, is_applied, \
+from ..learner import notebook, progress
+from ..catalogue import ROOT, Break, BreakError, agent_command, apply_to_tree, catalogue, find, is_applied, \
     make_sandbox, reset_in_tree, revert_in_tree, source_digest
 from .counterexamples import property_tests
-from .crash import short as crash_short
-from .process_tree import spinning_core
-from .harness import RunRecord, crash_note, deadline_note, machine_note, run_experiment, save_record, summary
+from ..harness.crash import short as crash_short
+from ..harness.process_tree import spinning_core
+from ..harness.run import RunRecord, crash_note, deadline_note, machine_note, run_experiment, save_record, summary
 
 console = Console()
 BASELINE = "baseline"
@@ -347,7 +347,7 @@ def verdict(brk: Break | None, record: RunRecord, learner: str | None = None,
     """(style, sentence) pairs after the table: the deadline, the machine, whether the break showed its symptom.
 
     A run that died of a signal gets the crash report alone: it says nothing about the break, and the
-    machine's load is not its cause (see :mod:`miniagent.lab.crash`)."""
+    machine's load is not its cause (see :mod:`miniagent.lab.harness.crash`)."""
     crashed = crash_note(record, lang)
     if crashed:
         return [("bold red", crashed[0]), *(("red", line) for line in crashed[1:])]
@@ -637,7 +637,7 @@ def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -
 
 
 def _draw_charts(data: dict, assets_dir: Path) -> list[Path]:
-    from .harness import records_from_results, write_docs_charts
+    from ..harness.run import records_from_results, write_docs_charts
 
     broken, fixed = records_from_results(data)
     return write_docs_charts(broken, fixed, data["id"], assets_dir)
@@ -659,8 +659,8 @@ def _write_eval_results(results_dir: Path) -> None:
     ``fresh.jsonl`` was written before the prompt and the calibration were tuned
     for issue 7 and is measured only here, never used to choose a setting.
     """
-    from ..agent.config import load_config
-    from .evaluation import load_eval_set, run_eval
+    from ...agent.config import load_config
+    from ..evaluation import load_eval_set, run_eval
 
     lines = ["| set · conjunto | decoding · decodificación | strict accuracy · acierto estricto | "
              "stop reasons · motivos | p50 s | p95 s | total s |", "|---|---|---|---|---|---|---|"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .breaks import ROOT, Break, make_sandbox
+from ..catalogue import ROOT, Break, make_sandbox
 
 NOTE = re.compile(r"counterexample-json: (\{.*\})\s*$")
 SECTION = re.compile(r"^_+ (test_\w+)(?:\[.*\])? _+$")
@@ -147,7 +147,7 @@ def render(found: list[Counterexample], lang: str, stamp: str) -> str:
 
 def write(results_dir: Path, only: str | None = None, root: Path = ROOT) -> list[Path]:
     """Find and write every break's counterexample pages; returns the files written."""
-    from .breaks import catalogue, find as find_break
+    from ..catalogue import catalogue, find as find_break
 
     results_dir.mkdir(parents=True, exist_ok=True)
     written = []

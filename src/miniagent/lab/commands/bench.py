@@ -25,7 +25,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from ..catalogue import ROOT
+
 ADVERSARIAL = "Could you conjugate eat tenderly in the sleepy tense?"  # a verb among words that are not grammar
 # On a modal verb every call fails, so only the caps end the run: that is the capped loop's way to its fallback.
 UNANSWERABLE = "What is the present perfect of would for you?"
@@ -45,7 +46,7 @@ def _clean_env() -> dict:
 
 def turn_latency_ratio(backend) -> dict:
     """(a): each real turn's latency against decoding the same number of tokens one by one."""
-    from ..agent.ports import Entry
+    from ...agent.ports import Entry
 
     rows = []
     for question in QUESTIONS:
@@ -67,8 +68,8 @@ def turn_latency_ratio(backend) -> dict:
 
 def kv_reuse(backend, turns: int = 10) -> list[dict]:
     """(b): grow a scratchpad turn by turn; count the prompt tokens each turn evaluates."""
-    from ..agent.ports import Entry
-    from ..models.prompt import render
+    from ...agent.ports import Entry
+    from ...models.prompt import render
 
     pad = [Entry("question", ADVERSARIAL)]
     rows = []
@@ -88,7 +89,7 @@ def _agent(argv: list[str], env: dict, timeout: float) -> subprocess.CompletedPr
     proc = subprocess.run([sys.executable, "-m", "miniagent", *argv], capture_output=True, text=True, env=env,
                           timeout=timeout)
     if proc.returncode < 0:
-        from . import crash
+        from ..harness import crash
 
         raise AgentCrashed("\n".join(crash.describe(crash.signal_name(proc.returncode), loop_started=None, turns=0,
                                                      stderr_lines=proc.stderr.splitlines())))
@@ -121,7 +122,7 @@ def _machine_busy_s(times) -> float:
 def start_to_end(amx_settings: list[str], loads: tuple[str, ...] = LOADS, runs: int = 5) -> list[dict]:
     """(c) for each load, path and AMX setting: ``runs`` processes, the settings taking turns run by run, so a
     drift of the machine during the measurement falls on all of them alike."""
-    from .process_tree import spinning_core
+    from ..harness.process_tree import spinning_core
 
     rows = []
     for load in loads:
@@ -156,7 +157,7 @@ def eval_time() -> dict:
 
 def killed_runs(count: int = 50) -> dict:
     """(e): start the busy-looping agent, kill it at a short timeout, count what survives."""
-    from .harness import run_experiment
+    from ..harness.run import run_experiment
 
     left = 0
     command = [sys.executable, "-m", "miniagent", "ask", ADVERSARIAL, "--llm", "scripted:wanderer",
@@ -174,7 +175,7 @@ def killed_runs(count: int = 50) -> dict:
 
 def server_startup(runs: int = 5) -> dict:
     """(f): a fresh MCP server each time: spawn -> handshake done -> the first conjugate answered (medians)."""
-    from ..tools.mcp_client import MCPClient
+    from ...tools.mcp_client import MCPClient
 
     ready, answered = [], []
     for _ in range(runs):
@@ -189,7 +190,7 @@ def server_startup(runs: int = 5) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="miniagent.lab.bench")
+    parser = argparse.ArgumentParser(prog="miniagent.lab.commands.bench")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--runs", type=int, default=5, help="(c): processes per figure (median)")
@@ -203,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="only these figures (repeatable), e.g. --only b: KV reuse, a few seconds")
     args = parser.parse_args(argv)
     only = set(args.only or "abcdef")
-    from ..models.llama import LlamaBackend
-    from ..agent.config import TutorConfig
+    from ...models.llama import LlamaBackend
+    from ...agent.config import TutorConfig
 
-    from ..models.llama_params import cpu_model_name, cpu_reports_amx
+    from ...models.llama_params import cpu_model_name, cpu_reports_amx
 
     figures: dict = {"cores": os.cpu_count(), "cpu": cpu_model_name(), "amx_cpu": bool(cpu_reports_amx()),
                      "measured_at": datetime.now().strftime("%Y-%m-%d %H:%M")}
