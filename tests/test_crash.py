@@ -67,6 +67,18 @@ def test_the_frames_quoted_are_the_ones_that_died_in_the_model():
     assert crash.fatal_error(["no report here"]) == []
 
 
+def test_a_thread_with_a_stack_too_deep_to_print_does_not_hide_the_thread_that_died():
+    """faulthandler ends a stack of over 100 frames with "  ...": seen for the MCP client's event loop while the
+    model crashed in the main thread, and the report then lost where it died (1 run in 3)."""
+    stderr = ["Fatal Python error: Segmentation fault", "",
+              "Thread 0x2 (most recent call first):", '  File "/x/asyncio/base_events.py", line 607 in run_forever',
+              "  ...", "", "Thread 0x4 (most recent call first):", "  <no Python frame>", "",
+              "Current thread 0x3 (most recent call first):", '  File "/x/ctypes/__init__.py", line 519 in string_at',
+              '  File "/x/miniagent/models/llama_runtime.py", line 186 in sync', "",
+              "Extension modules: numpy (total: 1)"]
+    assert crash.fatal_error(stderr) == ["Fatal Python error: Segmentation fault", *stderr[9:12]]
+    assert "--llama-amx off" in crash.describe("SIGSEGV", loop_started=False, turns=0, stderr_lines=stderr)[-1]
+
 
 @pytest.mark.real_model
 def test_a_model_crash_before_the_loop_is_a_crash_even_on_a_busy_machine(tmp_path):

@@ -91,7 +91,7 @@ def fatal_error(stderr_lines: list[str]) -> list[str]:
     for line in stderr_lines[start + 1:]:
         if line.startswith(("Thread 0x", "Current thread 0x")):
             blocks.append([line])
-        elif line.startswith("  File ") and blocks:
+        elif line.startswith("  ") and blocks:  # a frame, "  ..." (a stack over 100 frames), "  <no Python frame>"
             blocks[-1].append(line)
         elif line.strip() and blocks:  # "Extension modules: ..." or anything after the report
             break
