@@ -13,7 +13,8 @@ import pytest
 
 from miniagent.lab.learner import notebook
 from miniagent.lab.commands import tasks as lab
-from miniagent.lab.catalogue import BreakError, apply_to_tree, catalogue, find, is_applied, revert_in_tree
+from miniagent.lab.catalogue import BreakError, catalogue, find
+from miniagent.lab.patching import apply_to_tree, is_applied, revert_in_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = ["00-no-cap", "01-dead-config", "02-broad-catch", "03-no-dedup", "04-no-breaker", "05-no-tool-timeout",
@@ -76,7 +77,7 @@ def _digest(tree: Path) -> dict:
 def test_an_experiment_never_carries_the_break_the_learner_applied(learner_tree, variant):
     """A learner has no-cap applied to their own src/; the baseline's copy is intact, a break's copy has that
     break alone."""
-    from miniagent.lab.catalogue import make_sandbox, source_digest
+    from miniagent.lab.patching import make_sandbox, source_digest
 
     intact = source_digest(learner_tree / "src")
     apply_to_tree(find("no-cap", learner_tree), learner_tree)

@@ -20,7 +20,8 @@ import pytest
 
 from miniagent.lab.learner import notebook, progress
 from miniagent.lab.commands import tasks as lab
-from miniagent.lab.catalogue import apply_to_tree, find, is_applied, reset_in_tree
+from miniagent.lab.catalogue import find
+from miniagent.lab.patching import apply_to_tree, is_applied, reset_in_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 

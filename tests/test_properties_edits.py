@@ -19,7 +19,8 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from miniagent.lab.learner import notebook
-from miniagent.lab.catalogue import BreakError, apply_to_tree, catalogue, is_applied, revert_in_tree
+from miniagent.lab.catalogue import BreakError, catalogue
+from miniagent.lab.patching import apply_to_tree, is_applied, revert_in_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 BREAKS = catalogue(ROOT)

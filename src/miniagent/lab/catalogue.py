@@ -1,26 +1,16 @@
-"""The break catalogue and its one generic runner.
+"""The break catalogue: the one reader of ``breaks/*/break.toml``.
 
 A break is data: ``breaks/<NN-name>/break.patch`` (a unified diff against
 ``src/miniagent/``) and ``break.toml`` (what it removes, how to run it, what
 a learner should observe, the hidden cause, three hints).  Nothing here
-knows any particular break: adding one needs no code change.
-
-Every experiment has the shape hypothesis -> method -> rollback: the
-learner's prediction is read first, the patch is applied to a throwaway
-copy of the source and run under the harness, and the copy is removed
-whatever happens (the learner's own tree is never touched by ``exp``).
+knows any particular break: adding one needs no code change.  Applying a
+break's patch is :mod:`miniagent.lab.patching`'s job.
 """
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-import subprocess
-import sys
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -193,161 +183,3 @@ def find(name: str, root: Path = ROOT) -> Break:
             return brk
     names = ", ".join(b.alias for b in breaks)
     raise BreakError(f"unknown variant {name!r}; choose one of: baseline, {names}")
-
-
-# --- patches in the learner's tree (invoke break / fix) ---------------------------------
-def _git_apply(cwd: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "apply", *extra, str(patch)], cwd=cwd, capture_output=True, text=True)
-
-
-def is_applied(brk: Break, root: Path = ROOT) -> bool:
-    return _git_apply(root, brk.patch, "--reverse", "--check").returncode == 0
-
-
-def apply_to_tree(brk: Break, root: Path = ROOT) -> None:
-    """Apply the break to the learner's source, refusing (and changing nothing) on any conflict."""
-    if is_applied(brk, root):
-        raise BreakError(f"{brk.id} is already applied; `invoke fix {brk.alias}` reverts it")
-    check = _git_apply(root, brk.patch, "--check")
-    if check.returncode != 0:
-        raise BreakError(
-            f"{brk.id} does not apply cleanly to your source, so nothing was changed "
-            f"(your edits are safe).\n{check.stderr.strip()}\n"
-            "Commit or stash your own changes to those lines, or `invoke fix` another break first.")
-    _git_apply(root, brk.patch).check_returncode()
-
-
-def revert_in_tree(brk: Break, root: Path = ROOT) -> None:
-    """Undo exactly the break's patch; refuse when the learner has changed those lines since."""
-    check = _git_apply(root, brk.patch, "--reverse", "--check")
-    if check.returncode != 0:
-        raise BreakError(
-            f"{brk.id} is not applied as it was (not applied at all, or you edited those lines: "
-            f"nothing was changed).\n{check.stderr.strip()}")
-    _git_apply(root, brk.patch, "--reverse").check_returncode()
-
-
-def patched_files(brk: Break) -> list[str]:
-    """The paths (relative to the repository root) the break's patch changes."""
-    out = []
-    for line in brk.patch.read_text(encoding="utf-8").splitlines():
-        if line.startswith("+++ b/"):
-            out.append(line[len("+++ b/"):])
-    return out
-
-
-@dataclass
-class ResetResult:
-    how: str  # "intact" (nothing to do), "reverted" (the patch was there as it was), "merged" (your lines replaced)
-    files: list[str] = field(default_factory=list)   # files changed
-    backup: Path | None = None                      # where the files were saved before they changed
-
-
-def reset_in_tree(brk: Break, root: Path = ROOT, backups: Path | None = None) -> ResetResult:
-    """Back to the intact source for this break only, whatever you did to its lines; other edits stay.
-
-    - Already intact for this break: nothing changes.
-    - The break is applied as it was: exactly ``invoke fix`` (the patch reversed).
-    - You edited the broken lines (a fix in progress): for each file the patch touches, a three-way
-      merge puts the intact lines back and keeps every other change you made to that file
-      (``git merge-file``: base = the broken file, yours = the file now, theirs = the intact file,
-      conflicts resolved to the intact side).  The intact and broken files come from the last commit
-      (``git show HEAD:path``) with the patch applied or reversed.  Each changed file is first copied
-      to ``backups/`` so nothing you wrote is lost, and the result is checked: if the break's lines
-      are still not intact, every file is put back as it was and the reset is refused.
-    """
-    if _git_apply(root, brk.patch, "--check").returncode == 0:
-        return ResetResult("intact")
-    if is_applied(brk, root):
-        revert_in_tree(brk, root)
-        return ResetResult("reverted", patched_files(brk))
-    files = patched_files(brk)
-    intact, broken = _reference_versions(brk, root, files)
-    merged: dict[str, bytes] = {}
-    with tempfile.TemporaryDirectory(prefix="miniagent-reset-") as tmp:
-        for rel in files:
-            current = (root / rel).read_bytes() if (root / rel).exists() else b""
-            paths = []
-            for name, data in (("current", current), ("base", broken[rel]), ("other", intact[rel])):
-                path = Path(tmp) / name
-                path.write_bytes(data)
-                paths.append(str(path))
-            result = subprocess.run(["git", "merge-file", "-p", "--theirs", *paths], capture_output=True)
-            if result.returncode < 0 or result.returncode > 127:
-                raise BreakError(f"git merge-file failed on {rel}: {result.stderr.decode(errors='replace')}")
-            merged[rel] = result.stdout
-    changed = [rel for rel in files if (root / rel).read_bytes() != merged[rel]]
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    backup = (backups or root / ".miniagent" / "backups") / f"{stamp}-reset-{brk.alias}"
-    originals = {}
-    for rel in changed:
-        originals[rel] = (root / rel).read_bytes()
-        (backup / rel).parent.mkdir(parents=True, exist_ok=True)
-        (backup / rel).write_bytes(originals[rel])
-    for rel in changed:
-        (root / rel).write_bytes(merged[rel])
-    if _git_apply(root, brk.patch, "--check").returncode != 0:  # the break's lines must now be intact
-        for rel, data in originals.items():
-            (root / rel).write_bytes(data)
-        raise BreakError(f"could not bring {brk.id}'s lines back to intact; every file is as it was "
-                         f"(copies in {backup}).")
-    return ResetResult("merged", changed, backup if changed else None)
-
-
-def _reference_versions(brk: Break, root: Path, files: list[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
-    """(intact, broken) contents of the patched files, from the last commit with the patch applied or reversed."""
-    ref: dict[str, bytes] = {}
-    for rel in files:
-        shown = subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=root, capture_output=True)
-        if shown.returncode != 0:
-            raise BreakError(f"cannot reset {brk.id}: {rel} is not in the last commit of a git checkout "
-                             f"({shown.stderr.decode(errors='replace').strip()}); nothing was changed.")
-        ref[rel] = shown.stdout
-    with tempfile.TemporaryDirectory(prefix="miniagent-ref-") as tmp:
-        work = Path(tmp)
-        for rel, data in ref.items():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            (work / rel).write_bytes(data)
-        if _git_apply(work, brk.patch, "--check").returncode == 0:  # the commit is intact for this break
-            _git_apply(work, brk.patch).check_returncode()
-            return ref, {rel: (work / rel).read_bytes() for rel in files}
-        if _git_apply(work, brk.patch, "--reverse", "--check").returncode == 0:  # the break was committed
-            _git_apply(work, brk.patch, "--reverse").check_returncode()
-            return {rel: (work / rel).read_bytes() for rel in files}, ref
-    raise BreakError(f"cannot reset {brk.id}: the last commit has neither the intact nor the broken lines of "
-                     "this break; nothing was changed.")
-
-
-# --- sandboxes (invoke exp / check-breaks) -------------------------------------------------
-def make_sandbox(brk: Break | None, root: Path = ROOT) -> Path:
-    """A throwaway copy of ``src/`` with the break applied (None: the intact baseline).
-
-    The copy starts intact even when the learner has a break applied to their own ``src/``: a run of one
-    break (or of the baseline) must never carry another one along."""
-    sandbox = Path(tempfile.mkdtemp(prefix=f"miniagent-{brk.id if brk else 'baseline'}-"))
-    shutil.copytree(root / "src", sandbox / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    try:
-        for other in catalogue(root):
-            if is_applied(other, root):
-                undone = _git_apply(sandbox, other.patch, "--reverse")
-                if undone.returncode != 0:
-                    raise BreakError(f"{other.id} is applied to your src/ and could not be undone in the copy:\n"
-                                     f"{undone.stderr.strip()}")
-        if brk is not None:
-            result = _git_apply(sandbox, brk.patch)
-            if result.returncode != 0:
-                raise BreakError(f"{brk.id} does not apply to the current source:\n{result.stderr.strip()}")
-    except BaseException:
-        shutil.rmtree(sandbox, ignore_errors=True)
-        raise
-    return sandbox
-
-
-def agent_command(question: str, trace: Path, *, llm: str, flags: list[str]) -> list[str]:
-    return [sys.executable, "-m", "miniagent", "ask", question, "--trace", str(trace), "--json",
-            "--llm", llm, *flags]
-
-
-def source_digest(src: Path) -> dict[str, str]:
-    return {str(p.relative_to(src)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(src.rglob("*.py"))}

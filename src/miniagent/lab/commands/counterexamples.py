@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..catalogue import ROOT, Break, make_sandbox
+from ..catalogue import ROOT, Break
+from ..patching import make_sandbox
 
 NOTE = re.compile(r"counterexample-json: (\{.*\})\s*$")
 SECTION = re.compile(r"^_+ (test_\w+)(?:\[.*\])? _+$")

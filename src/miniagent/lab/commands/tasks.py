@@ -26,8 +26,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..learner import notebook, progress
-from ..catalogue import ROOT, Break, BreakError, agent_command, apply_to_tree, catalogue, find, is_applied, \
-    make_sandbox, reset_in_tree, revert_in_tree, source_digest
+from ..catalogue import ROOT, Break, BreakError, catalogue, find
+from ..patching import agent_command, apply_to_tree, is_applied, make_sandbox, reset_in_tree, revert_in_tree, \
+    source_digest
 from .counterexamples import property_tests
 from ..harness.crash import short as crash_short
 from ..harness.process_tree import spinning_core

@@ -203,7 +203,8 @@ class Row:
 
 def rows(root: Path, learner: str, lang: str = "en") -> list[Row]:
     from . import notebook
-    from ..catalogue import catalogue, is_applied
+    from ..catalogue import catalogue
+    from ..patching import is_applied
 
     state = load(root, learner)
     out = []
