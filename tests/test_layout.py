@@ -96,3 +96,56 @@ def test_every_docstring_is_text_python_3_13_can_compile(path):
     # a docstring ("go\ud800") made `import miniagent.tools.mcp_client` fail there, and nowhere else.
     for doc in _docstrings(ast.parse(path.read_text(encoding="utf-8"))):
         doc.encode("utf-8")
+
+
+def module_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Every module of the package and the package modules it imports (function-level imports included)."""
+    modules = {".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in root.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        package = path.relative_to(root.parent).with_suffix("").parts[:-1]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = list(package[: len(package) - node.level + 1]) if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                # "from .x import y": y is a module of its own, or a name in x
+                targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            found |= {t for t in targets if t in modules and t != name and not name.startswith(t + ".")}
+        graph[name] = found
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, state, stack = [], {}, []
+
+    def visit(node: str) -> None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_back_through_others():
+    """An import cycle (two modules importing each other inside functions to get round it) ties their fates."""
+    assert cycles(module_graph()) == []
+
+
+def test_the_cycle_check_sees_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

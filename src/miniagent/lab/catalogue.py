@@ -183,3 +183,13 @@ def find(name: str, root: Path = ROOT) -> Break:
             return brk
     names = ", ".join(b.alias for b in breaks)
     raise BreakError(f"unknown variant {name!r}; choose one of: baseline, {names}")
+
+
+# `invoke check all` / `invoke watch all`: every guard test, not one break's
+ALL = "all"
+GUARD_TESTS = ["tests/test_guards.py", "tests/test_config.py", "tests/test_no_orphans.py"]
+
+
+def guard_tests(variant: str, root: Path = ROOT) -> list[str]:
+    """The guard tests of one break, or every guard test for ``all``."""
+    return list(GUARD_TESTS) if variant == ALL else find(variant, root).tests

@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..learner import notebook, progress
-from ..catalogue import ROOT, Break, BreakError, catalogue, find
+from ..catalogue import ALL, ROOT, Break, BreakError, catalogue, find, guard_tests
 from ..patching import agent_command, apply_to_tree, is_applied, make_sandbox, reset_in_tree, revert_in_tree, \
     source_digest
 from .counterexamples import property_tests
@@ -216,15 +216,6 @@ def watch_tree(variant: str, learner: str | None = None, lang: str | None = None
             console.print(TEXT[lang]["verified"].format(id=brk.id), style="bold green", highlight=False)
 
     return watch(variant, ROOT, lang=lang, max_runs=max_runs, console=console, on_result=on_result)
-
-
-ALL = "all"
-GUARD_TESTS = ["tests/test_guards.py", "tests/test_config.py", "tests/test_no_orphans.py"]
-
-
-def guard_tests(variant: str, root: Path = ROOT) -> list[str]:
-    """The guard tests of one break, or every guard test for ``all``."""
-    return list(GUARD_TESTS) if variant == ALL else find(variant, root).tests
 
 
 def check(variant: str, *, dry_run: bool = False, learner: str | None = None) -> int:

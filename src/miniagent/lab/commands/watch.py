@@ -26,7 +26,7 @@ from typing import Callable
 from rich.console import Console
 from rich.text import Text
 
-from ..catalogue import ROOT, BreakError
+from ..catalogue import ALL, ROOT, BreakError, guard_tests
 
 SAVES = {"created", "modified", "moved", "deleted", "closed"}  # watchdog event types ("closed": after a write)
 DEBOUNCE_S = 0.3  # an editor's save is often several events; wait for them to settle
@@ -91,8 +91,6 @@ def watch(variant: str, root: Path = ROOT, *, lang: str = "en", max_runs: int | 
     """Run the guard tests now and after every save under ``root/src``; 0 on Ctrl-C or after ``max_runs``."""
     from watchdog.events import FileSystemEventHandler
     from watchdog.observers import Observer
-
-    from .tasks import ALL, guard_tests
 
     console = console or Console()
     t = TEXT[lang]
