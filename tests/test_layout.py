@@ -160,7 +160,7 @@ LONG_FILES = {
     "lab/commands/tasks.py": NOT_SPLIT_YET + " (the exercise loop, the experiment, the maintainers' checks)",
     "lab/learner/notebook.py": NOT_SPLIT_YET + " (paths, parsing, judging, writing, rendering)",
     "models/openai_compat.py": NOT_SPLIT_YET + " (the server client and the runtime over it)",
-    "tools/mcp_client.py": NOT_SPLIT_YET + " (its process helpers belong in processes.py)",
+    "tools/mcp_client.py": NOT_SPLIT_YET + " (starting the server, the session, the calls and their errors)",
     "tools/conjugation.py": NOT_SPLIT_YET + " (normalising the arguments, the lexicon and its refusals, the tenses)",
 }
 LONG_FUNCTIONS = {

@@ -6,6 +6,10 @@ A leaf module: it imports nothing else of miniagent, so every wing may use it.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import os
+import signal
+import subprocess
 import time
 from typing import Any
 
@@ -30,3 +34,73 @@ def wait_result(future: concurrent.futures.Future, timeout: float | None) -> Any
         except concurrent.futures.TimeoutError:
             if deadline is not None and time.monotonic() >= deadline:
                 raise
+
+
+# --------------------------------------------------------------------------
+# Process groups: the MCP server and the agent each lead one (start_new_session), so that one signal reaches
+# everything they started. psutil is imported where it is needed: a run that starts no process never loads it.
+# --------------------------------------------------------------------------
+
+
+def alive(proc: Any) -> bool:
+    """Running and not a zombie (a killed child stays a zombie until reaped; None is not alive)."""
+    import psutil
+
+    if proc is None:
+        return False
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when it no longer exists (signal 0 asks just that)."""
+    if pgid == os.getpgrp():  # never our own group: that would signal us (and the shell's job)
+        return False
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, not ours to signal
+        return True
+
+
+def signal_leader(proc: Any, sig: int) -> None:
+    """Signal ``proc``'s whole group when it leads one, else ``proc`` alone; a process already gone is no error."""
+    import psutil
+
+    try:
+        if not proc.is_running():  # also guards against pid reuse (create-time check)
+            return
+        if os.getpgid(proc.pid) == proc.pid:
+            signal_group(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+    except (ProcessLookupError, PermissionError, psutil.Error):
+        pass
+
+
+def stop_process(proc: Any, *, grace: float, poll: float = 0.01) -> None:
+    """SIGTERM (to its group, see :func:`signal_leader`), wait up to ``grace``, then SIGKILL. Never reaps."""
+    if not alive(proc):
+        return
+    signal_leader(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while alive(proc) and time.monotonic() < deadline:
+        time.sleep(poll)
+    if alive(proc):
+        signal_leader(proc, signal.SIGKILL)
+
+
+def reap(popen: subprocess.Popen | None, timeout: float = 1.0) -> None:
+    """Collect a child's exit status once it has died, so that no zombie is left behind (SIGKILL if it has not)."""
+    if popen is None:
+        return
+    try:
+        popen.wait(timeout)
+    except subprocess.TimeoutExpired:  # still alive after everything the caller did: SIGKILL cannot be ignored
+        popen.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(timeout)

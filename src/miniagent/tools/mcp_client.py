@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import contextlib
 import json
 import os
 import signal
@@ -62,7 +61,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TextIO
 
-from ..processes import wait_result
+from ..processes import alive, reap, stop_process, wait_result
 from ..agent.errors import ServerFailed, ToolError, ToolTimeout
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,7 +82,6 @@ KILL_GRACE = 1.0
 UNWIND_TIMEOUT = 3.0
 # Sessions that broke on the client's side and were replaced by a new server.
 MAX_RESTARTS = 2
-_POLL = 0.01
 
 # Every client not yet closed, so interpreter exit closes the forgotten ones.
 _live_clients: "weakref.WeakSet[MCPClient]" = weakref.WeakSet()
@@ -95,63 +93,6 @@ def _close_live_clients() -> None:
 
 
 atexit.register(_close_live_clients)
-
-
-# --------------------------------------------------------------------------
-# Process helpers (psutil is imported lazily: it is only needed once a server runs)
-# --------------------------------------------------------------------------
-
-
-def _alive(proc: psutil.Process | None) -> bool:
-    """Running and not a zombie (a killed child stays a zombie until reaped)."""
-    import psutil
-
-    if proc is None:
-        return False
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _signal_group(proc: psutil.Process, sig: int) -> None:
-    """Signal the server's whole process group (it leads one: start_new_session)."""
-    import psutil
-
-    try:
-        if not proc.is_running():  # also guards against pid reuse (create-time check)
-            return
-        if os.getpgid(proc.pid) == proc.pid:
-            os.killpg(proc.pid, sig)
-        else:
-            proc.send_signal(sig)
-    except (ProcessLookupError, PermissionError, psutil.Error):
-        pass
-
-
-def _stop_process(proc: psutil.Process | None, *, grace: float = KILL_GRACE) -> None:
-    """SIGTERM, wait up to ``grace``, then SIGKILL.  Never reaps: :meth:`MCPClient._disconnect` does."""
-    if not _alive(proc):
-        return
-    assert proc is not None
-    _signal_group(proc, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while _alive(proc) and time.monotonic() < deadline:
-        time.sleep(_POLL)
-    if _alive(proc):
-        _signal_group(proc, signal.SIGKILL)
-
-
-def _reap(popen: subprocess.Popen[bytes] | None, timeout: float = 1.0) -> None:
-    """Collect the server's exit status once it has died, so that no zombie is left behind."""
-    if popen is None:
-        return
-    try:
-        popen.wait(timeout)
-    except subprocess.TimeoutExpired:  # still alive after everything close() did: SIGKILL cannot be ignored
-        popen.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            popen.wait(timeout)
 
 
 def _errlog() -> TextIO:
@@ -395,8 +336,8 @@ class MCPClient:
             with self._lock:  # spawned, but the session thread never started: stop the server here
                 popen = conn.popen
             if popen is not None:
-                _stop_process(conn.proc, grace=0.2)
-                _reap(popen)
+                stop_process(conn.proc, grace=0.2)
+                reap(popen)
             return
         try:
             loop, stop_event = conn.loop, conn.stop_event
@@ -409,17 +350,17 @@ class MCPClient:
             # One that left a call unanswered is presumed wedged: no grace.
             thread.join(0.0 if conn.unanswered else EXIT_GRACE)
             if thread.is_alive():
-                _stop_process(conn.proc)
+                stop_process(conn.proc, grace=KILL_GRACE)
                 thread.join(UNWIND_TIMEOUT)
         except BaseException:
             # Interrupted while closing (a second Ctrl-C): never leave the server behind.
-            _stop_process(conn.proc, grace=0.0)
+            stop_process(conn.proc, grace=0.0)
             raise
         finally:
             # Last resort, e.g. the session's unwind stalled.
-            if _alive(conn.proc):
-                _stop_process(conn.proc, grace=0.2)
-            _reap(conn.popen)
+            if alive(conn.proc):
+                stop_process(conn.proc, grace=0.2)
+            reap(conn.popen)
             conn.session = None
 
     def _reconnect_if_broken(self, limit: float) -> None:
@@ -458,7 +399,7 @@ class MCPClient:
         if self._close_started or session is None or loop is None or thread is None or not thread.is_alive():
             why = f": the session ended with {conn.failure!r}" if conn.failure else " (not started, or closed)"
             raise ServerFailed(f"the MCP client is not connected{why}")
-        if proc is not None and not _alive(proc):
+        if proc is not None and not alive(proc):
             raise ServerFailed(f"the MCP server (pid {proc.pid}) is not running")
         try:
             future = asyncio.run_coroutine_threadsafe(make(session), loop)
@@ -470,14 +411,14 @@ class MCPClient:
             # Cancelling the task abandons the request (the SDK sends a
             # courtesy notifications/cancelled); the next call starts clean.
             future.cancel()
-            if proc is not None and not _alive(proc):
+            if proc is not None and not alive(proc):
                 raise ServerFailed(f"the MCP server died during {what}") from None
             conn.unanswered = True
             raise ToolTimeout(f"{what}: no answer within {limit:g} s") from None
         except concurrent.futures.CancelledError:
             raise ServerFailed(f"the MCP client was closed during {what}") from None
         except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED or (proc is not None and not _alive(proc)):
+            if exc.code == CONNECTION_CLOSED or (proc is not None and not alive(proc)):
                 raise ServerFailed(self._broken(conn, what, exc.message)) from None
             # A protocol-level refusal (bad params...): the model can fix it.
             raise ToolError(f"{what}: {exc.message}") from None
@@ -496,7 +437,7 @@ class MCPClient:
         """Why the connection closed under a call: the server died, or the session broke on our side."""
         # A break on our side is recorded before the server is let go (its stdin closed, so it exits at once):
         # the server found dead after that is the consequence, not the cause.
-        if conn.failure is None and conn.proc is not None and not _alive(conn.proc):
+        if conn.failure is None and conn.proc is not None and not alive(conn.proc):
             return f"the MCP server connection broke during {what}: {message} (the server is gone)"
         # The server did not die: wait (bounded) for the session loop to finish
         # unwinding, so the next call sees the break and starts a new server.

@@ -28,7 +28,8 @@ from collections import Counter
 from pathlib import Path
 
 from ..evaluation import DEFAULT_SET, is_correct, load_eval_set, percentile
-from ..harness.process_tree import MachineLoad, TreeSampler, _signal_group, load_average
+from ..harness.process_tree import MachineLoad, TreeSampler, load_average
+from ...processes import signal_group
 
 LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
 
@@ -120,7 +121,7 @@ def run_level(learners: int, base_url: str, *, eval_set: Path = DEFAULT_SET, que
             records += [json.loads(line) for line in out.splitlines() if line.strip()]
     finally:  # also on a timeout or Ctrl-C: every learner's group (the learner and its MCP server) is killed
         for proc in procs:
-            _signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
         for log in logs:
             log.close()

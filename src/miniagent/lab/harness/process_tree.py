@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 import psutil
 
+from ...processes import alive, signal_group
 from ...models import usable_cpus  # re-exported for the harness: one answer to "how many CPUs may we use"
 
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
@@ -33,14 +34,6 @@ def _cmdline(proc: psutil.Process) -> str:
         return " ".join(proc.cmdline()) or proc.name()
     except psutil.Error:
         return "?"
-
-
-def _alive(proc: psutil.Process) -> bool:
-    """Running and not a zombie: a zombie has exited, only its exit status is left."""
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 class TreeSampler:
@@ -119,7 +112,7 @@ class TreeSampler:
         self.discover()  # a process re-parented since the last sample is still found by its session
         found: dict[int, psutil.Process] = {}
         for proc in self.procs.values():
-            if _alive(proc):  # is_running() also rules out a reused pid (create time differs)
+            if alive(proc):  # is_running() also rules out a reused pid (create time differs)
                 found[proc.pid] = proc
                 with contextlib.suppress(psutil.Error):
                     for child in proc.children(recursive=True):
@@ -129,7 +122,7 @@ class TreeSampler:
                 with contextlib.suppress(psutil.Error):
                     self.seen[proc.pid] = {"pid": proc.pid, "cmdline": _cmdline(proc),
                                            "create_time": proc.create_time()}
-        return [p for p in found.values() if _alive(p)]
+        return [p for p in found.values() if alive(p)]
 
 
 # --------------------------------------------------------------------------
@@ -137,31 +130,18 @@ class TreeSampler:
 # --------------------------------------------------------------------------
 
 
-def _signal_group(pgid: int, sig: int) -> bool:
-    """Signal a process group; False when it no longer exists."""
-    if pgid == os.getpgrp():  # never our own group: that would kill the harness (and the shell's job)
-        return False
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 def _stop_agent(proc: subprocess.Popen, grace: float) -> float:
     """SIGTERM the agent's group, SIGKILL it after ``grace`` if anything is left. Returns when the agent was gone."""
     pgid = proc.pid  # start_new_session: the agent leads its group
-    _signal_group(pgid, signal.SIGTERM)  # the agent's handler unwinds and closes its MCP server
+    signal_group(pgid, signal.SIGTERM)  # the agent's handler unwinds and closes its MCP server
     until = time.monotonic() + grace
     while time.monotonic() < until:
         # poll() reaps the agent; an empty group makes killpg(0) fail
-        if proc.poll() is not None and not _signal_group(pgid, 0):
+        if proc.poll() is not None and not signal_group(pgid, 0):
             break
         time.sleep(0.01)
     else:
-        _signal_group(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=2)
     return time.monotonic()
@@ -195,15 +175,15 @@ def _kill_all(procs: list[psutil.Process]) -> bool:
             pgid = os.getpgid(proc.pid)
         except ProcessLookupError:
             continue
-        if not (proc.is_running() and _signal_group(pgid, signal.SIGKILL)):
+        if not (proc.is_running() and signal_group(pgid, signal.SIGKILL)):
             with contextlib.suppress(psutil.Error):
                 proc.kill()
     # Not psutil.wait_procs: a killed orphan is init's child, and a zombie
     # there (exited, not reaped yet) is as dead as we need it to be.
     until = time.monotonic() + 1.0
-    while any(_alive(p) for p in procs) and time.monotonic() < until:
+    while any(alive(p) for p in procs) and time.monotonic() < until:
         time.sleep(0.01)
-    return not any(_alive(p) for p in procs)
+    return not any(alive(p) for p in procs)
 
 
 @contextlib.contextmanager
