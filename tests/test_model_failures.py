@@ -262,9 +262,12 @@ def test_a_dead_model_server_is_a_model_failure_not_a_conjugation_server_failure
 @pytest.mark.parametrize("decode", ["scored", "greedy"])
 def test_real_llama_decoding_stops_when_the_run_is_out_of_time(decode):
     """Greedy decoding of a whole action takes ~2 s here; a 0.4 s run must end by 0.9 s."""
+    from miniagent.models import resolve_threads
     from miniagent.models.llama import LlamaBackend
 
-    model = LlamaBackend(decode=decode, cache_dir=None)
+    # the threads a run gets (auto): two threads on a machine with a core busy stall on each other, and one
+    # decode then outlasts the grace; the run itself would have measured that and taken one
+    model = LlamaBackend(decode=decode, cache_dir=None, n_threads=resolve_threads(0))
     try:
         started = time.monotonic()
         outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(delay=0.0),
