@@ -126,6 +126,8 @@ def test_a_mutation_run_that_tested_nothing_is_a_broken_check_not_a_clean_one():
     done = {**figures, "killed": 200, "survived": 10, "no_tests": 60, "timeout": 3}
     assert mutants.check_problem(0, done) is None
     assert "1 of 273" in mutants.check_problem(0, {**done, "killed": 199})
+    # seen on the tools wing: one mutant mutmut ran and called suspicious (slow, not timed out) is not untested
+    assert mutants.check_problem(0, {**done, "killed": 199, "suspicious": 1}) is None
 
 
 LEARNER_TASKS = {

@@ -196,9 +196,12 @@ def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 
 def unchecked(stats: dict) -> int:
-    """Mutants mutmut generated but never ran a test against (its run stopped, or never started)."""
+    """Mutants mutmut generated but never ran a test against (its run stopped, or never started).
+
+    A "suspicious" mutant was run (its tests took far longer than usual, yet within the timeout): not counted
+    here, and not counted as killed either."""
     return (stats["total"] - stats["killed"] - stats["survived"] - stats["no_tests"] - stats.get("timeout", 0)
-            - stats.get("skipped", 0))
+            - stats.get("skipped", 0) - stats.get("suspicious", 0))
 
 
 def check_problem(returncode: int, stats: dict, touched: list[str] = (), log: Path | str = "mutmut's log") -> str | None:
