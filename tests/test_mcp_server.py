@@ -381,3 +381,32 @@ def test_a_session_broken_on_the_client_side_gets_a_new_server_and_leaves_no_orp
         with pytest.raises(ServerFailed, match="giving up"):
             c.call("conjugate", GO)
     assert all(wait_gone(pid, within=1.0) for pid in pids)
+
+
+def test_a_close_from_another_thread_while_the_client_starts_stops_the_server_and_raises_nothing(monkeypatch):
+    """Seen: the model failed to load at once, the session closed the client while its start (in a pool thread)
+    was between making the session thread and starting it, and close() raised RuntimeError ("cannot join thread
+    before it is started"), hiding the model's error. Here the close comes at that very moment."""
+    import threading
+
+    from miniagent.tools import mcp_client
+
+    client = MCPClient(timeout=5)
+    real_start = threading.Thread.start
+    closed: list[BaseException | None] = []
+
+    def start_after_a_close(thread):
+        if thread.name == "mcp-client" and not closed:
+            try:
+                client.close()
+                closed.append(None)
+            except BaseException as err:  # noqa: BLE001 - the failure this test looks for
+                closed.append(err)
+        return real_start(thread)
+
+    monkeypatch.setattr(mcp_client.threading.Thread, "start", start_after_a_close)
+    with pytest.raises(ServerFailed):
+        client.start()
+    assert closed == [None], closed
+    proc = client._conn.proc
+    assert proc is None or not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE, "the server was stopped"

@@ -261,8 +261,11 @@ class MCPClient:
                     raise ServerFailed("the MCP client was closed while it was starting")
                 conn.popen = spawn([self.python, *self._server_args()], self._server_env(), _errlog())
             conn.proc = psutil.Process(conn.popen.pid)
-            conn.thread = threading.Thread(target=self._run_loop, args=(conn, ready), name="mcp-client", daemon=True)
-            conn.thread.start()
+            thread = threading.Thread(target=self._run_loop, args=(conn, ready), name="mcp-client", daemon=True)
+            thread.start()
+            # Published only once started: a close() from another thread (a session whose model failed to load
+            # meanwhile) must never join a thread that has not started (RuntimeError, hiding the real error).
+            conn.thread = thread
             wait_result(ready, startup_timeout)
         except BaseException as exc:
             # __exit__ is not called when __enter__ fails, so clean up here:
