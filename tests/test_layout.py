@@ -156,7 +156,7 @@ def test_the_cycle_check_sees_a_cycle():
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 400, 60
 NOT_SPLIT_YET = "issue 22: not split yet"
 LONG_FILES = {
-    "lab/harness/run.py": NOT_SPLIT_YET + " (the run, the deadline, following the trace, the record, the panel, charts)",
+    "lab/harness/run.py": NOT_SPLIT_YET + " (the run, the deadline, the trace, the record, the panel, charts)",
     "lab/commands/tasks.py": NOT_SPLIT_YET + " (the exercise loop, the experiment, the maintainers' checks)",
     "lab/learner/notebook.py": NOT_SPLIT_YET + " (paths, parsing, judging, writing, rendering)",
     "models/openai_compat.py": NOT_SPLIT_YET + " (the server client and the runtime over it)",

@@ -35,10 +35,13 @@ from pathlib import Path
 from ..catalogue import ROOT
 
 EXPLAINED = Path("tests") / "mutants-explained.md"
+
+
 def log_path(wing: str) -> Path:
     """mutmut's own progress and errors for one wing, kept after the run (one file per wing: a run of several
     wings keeps each one's)."""
     return Path(tempfile.gettempdir()) / f"miniagent-mutants-{wing}.log"
+
 
 # Each wing: what mutmut mutates, and the tests that hold it to account (mutmut runs, of these, the ones that
 # reach the mutated function). Tests that need the real model are left to the end-to-end runs, except the
@@ -91,8 +94,8 @@ def mutmut_config(wing: str) -> str:
         f"only_mutate = {json.dumps(paths)}",
         f"also_copy = {json.dumps(list(ALSO_COPY))}",
         f"pytest_add_cli_args_test_selection = {json.dumps([f'tests/{t}.py' for t in tests])}",
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout", "-q", "-m", "not slow and not timing", "-k", '
-        f'"{DESELECT}"]',
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout", "-q", "-m", "not slow and not timing", '
+        f'"-k", "{DESELECT}"]',
     ]) + "\n"
 
 
@@ -204,7 +207,8 @@ def unchecked(stats: dict) -> int:
             - stats.get("skipped", 0) - stats.get("suspicious", 0))
 
 
-def check_problem(returncode: int, stats: dict, touched: list[str] = (), log: Path | str = "mutmut's log") -> str | None:
+def check_problem(returncode: int, stats: dict, touched: list[str] = (),
+                  log: Path | str = "mutmut's log") -> str | None:
     """Why this run proves nothing, or None: a run that tested nothing must not read as a clean one, and a run
     that reached the checkout's own files tested the wrong code (and changed them: ``touched``)."""
     if touched:
