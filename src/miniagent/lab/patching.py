@@ -173,6 +173,10 @@ def agent_command(question: str, trace: Path, *, llm: str, flags: list[str]) -> 
             "--llm", llm, *flags]
 
 
+def digest(base: Path, files) -> dict[str, str]:
+    """{path relative to ``base``: sha256} of each of ``files`` that is a file."""
+    return {str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files) if p.is_file()}
+
+
 def source_digest(src: Path) -> dict[str, str]:
-    return {str(p.relative_to(src)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(src.rglob("*.py"))}
+    return digest(src, src.rglob("*.py"))

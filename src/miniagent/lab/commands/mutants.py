@@ -12,15 +12,14 @@ miniagent``, the MCP server) is called by no test *in the test process*, so mutm
 mutmut's copy, and the child inherits which mutant is under test), but mutmut never asks them; the
 end-to-end tests hold that code to account instead, and the report counts those mutants apart.
 
-It runs in a throwaway copy of ``src/``, ``tests/``, ``tasks.py`` and ``pyproject.toml`` (mutmut writes a
-``mutants/`` folder where it runs), so the repository is left as it was.
+It runs in a throwaway copy of ``src/``, ``tests/``, ``tasks.py``, ``pyproject.toml`` and the files the tests
+read (:data:`ALSO_COPY`; mutmut writes a ``mutants/`` folder where it runs), so the repository is left as it was.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
-import hashlib
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..catalogue import ROOT
+from ..patching import digest
 
 EXPLAINED = Path("tests") / "mutants-explained.md"
 
@@ -190,8 +190,7 @@ def import_path(work: Path) -> str:
 
 def checkout_digest(root: Path) -> dict[str, str]:
     """What a mutation run must leave alone: the checkout's package, its tasks.py and the learners' files."""
-    files = [*(root / "src").rglob("*.py"), root / "tasks.py", *(root / "learners").rglob("*")]
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files) if p.is_file()}
+    return digest(root, [*(root / "src").rglob("*.py"), root / "tasks.py", *(root / "learners").rglob("*")])
 
 
 def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:

@@ -981,6 +981,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"saved {json_path} and {svg_path}")
     return 0 if record.outcome in ("answer", "fallback") else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())
