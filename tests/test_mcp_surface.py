@@ -110,6 +110,14 @@ def test_the_servers_faults_come_from_flags_first_then_the_environment():
     assert parse_faults(["--hang-on", " "], env) == (0.25, None), "a blank flag means no hang, not the env's"
 
 
+def test_the_servers_faults_are_read_from_its_own_environment_when_none_is_given(monkeypatch):
+    from miniagent.tools.server import DELAY_ENV, HANG_ON_ENV, parse_faults
+
+    monkeypatch.setenv(DELAY_ENV, "0.5")
+    monkeypatch.setenv(HANG_ON_ENV, "see")
+    assert parse_faults([]) == (0.5, "see")
+
+
 @pytest.mark.parametrize("argv, env, says", [
     (["--delay", "-1"], {}, "delay must be >= 0, got -1.0"),
     ([], {"MINIAGENT_FAULT_DELAY": "soon"}, "MINIAGENT_FAULT_DELAY='soon' is not a number of seconds"),

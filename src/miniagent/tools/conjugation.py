@@ -445,7 +445,7 @@ def _forms(verb: str) -> dict[str, str]:
     stems = _stems(first)
     assert stems is not None, verb  # validate_verb let it through
     tail = f" {particles}" if particles else ""
-    return {"base": verb, **{stem: form + tail for stem, form in stems.items()}}
+    return {stem: form + tail for stem, form in stems.items()}
 
 
 def _be(person: str, past: bool) -> str:

@@ -391,12 +391,12 @@ class MCPClient:
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED
 
-        limit = self.timeout if timeout is None else timeout
-        if limit <= 0:
+        asked = self.timeout if timeout is None else timeout
+        if asked <= 0:
             raise ToolTimeout(f"{what}: no time left for the call")
         started = time.monotonic()
-        self._reconnect_if_broken(limit)  # a new server's start-up counts against the call's time
-        limit -= time.monotonic() - started
+        self._reconnect_if_broken(asked)  # a new server's start-up counts against the call's time
+        limit = asked - (time.monotonic() - started)
         conn = self._conn
         session, loop, thread, proc = conn.session, conn.loop, conn.thread, conn.proc
         if self._close_started or session is None or loop is None or thread is None or not thread.is_alive():
@@ -417,7 +417,7 @@ class MCPClient:
             if proc is not None and not alive(proc):
                 raise ServerFailed(f"the MCP server died during {what}") from None
             conn.unanswered = True
-            raise ToolTimeout(f"{what}: no answer within {limit:g} s") from None
+            raise ToolTimeout(f"{what}: no answer within {asked:g} s") from None
         except concurrent.futures.CancelledError:
             raise ServerFailed(f"the MCP client was closed during {what}") from None
         except MCPError as exc:

@@ -1,0 +1,105 @@
+"""The conjugation engine at its edges: the length limit exactly, whole refusals, the data files, spellings.
+
+Found by ``invoke mutants --wing tools``: test_conjugation checks what the engine conjugates and that it refuses,
+rarely the exact limit or the whole of what a refusal says; and its data files are read once per process, before
+any test runs, so only a test that reads them again sees a fault in the reading."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from miniagent.tools import conjugation as cj
+from miniagent.tools.conjugation import PERSONS, PRONOUNS, TENSES, ConjugationError
+
+LIMIT = cj._MAX_RAW_LEN
+
+
+def test_a_tense_or_person_padded_to_exactly_the_limit_is_read_and_one_longer_is_refused():
+    assert cj.normalize_tense("past simple".ljust(LIMIT)) == "past simple"
+    assert cj.normalize_person("she".ljust(LIMIT)) == "3rd singular"
+    assert cj.subject_for("she".ljust(LIMIT)) == "she"
+    for refuse in (cj.normalize_tense, cj.normalize_person, cj.subject_for):
+        value = ("past simple" if refuse is cj.normalize_tense else "she").ljust(LIMIT + 1)
+        with pytest.raises(ConjugationError):
+            refuse(value)
+
+
+def test_the_word_tense_in_a_tense_name_is_left_out():
+    assert cj.normalize_tense("past simple tense") == "past simple"
+    assert cj.normalize_tense("Present Perfect tense") == "present perfect"
+
+
+@pytest.mark.parametrize("tense, shown", [(5, "<int>"), (None, "<NoneType>"), ("pastish", "'pastish'")])
+def test_an_unknown_tense_is_refused_listing_every_tense(tense, shown):
+    with pytest.raises(ConjugationError) as refused:
+        cj.normalize_tense(tense)
+    assert str(refused.value) == f"Unknown tense {shown}. Valid tenses: {', '.join(TENSES)}."
+
+
+@pytest.mark.parametrize("refuse", [cj.normalize_person, cj.subject_for])
+@pytest.mark.parametrize("person, shown", [(5, "<int>"), ([], "<list>"), ("someone", "'someone'")])
+def test_an_unknown_person_is_refused_listing_every_person_and_pronoun(refuse, person, shown):
+    with pytest.raises(ConjugationError) as refused:
+        refuse(person)
+    assert str(refused.value) == (f"Unknown person {shown}. Valid persons: {', '.join(PERSONS)}; "
+                                  f"or a pronoun: {', '.join(PRONOUNS)}.")
+
+
+def test_the_data_files_are_read_as_tab_separated_rows_under_their_header():
+    rows = cj._tsv("extra_verbs.tsv", ("verb", "why"))
+    assert rows and all(len(row) == 2 and row[0] == row[0].strip().lower() for row in rows)
+    assert frozenset(verb for verb, _why in rows) == cj._extra_verbs()
+    chosen = cj._tsv("chosen_forms.tsv", ("verb", "stem", "form", "why"))
+    assert {verb for verb, *_ in chosen} == set(cj._chosen_forms())
+
+
+def test_a_data_file_under_another_header_is_refused_naming_the_header_it_must_have():
+    with pytest.raises(RuntimeError) as refused:
+        cj._tsv("extra_verbs.tsv", ("verb", "reason"))
+    assert str(refused.value) == "extra_verbs.tsv: header must be 'verb\\treason'"
+
+
+def test_a_spelling_is_chosen_written_like_the_input_then_starting_like_it():
+    assert cj._shape("re-re-read") == "--" and cj._shape("reread") == ""
+    assert cj._pick(("re-read", "reread"), "reread") == "reread"
+    assert cj._pick(("reread", "re-read"), "re-read") == "re-read"
+    assert cj._pick(("gelled", "jelled"), "jell") == "jelled"
+    assert cj._pick(("jelled", "gelled"), "gell") == "gelled"
+    assert cj._pick(("a-b", "ab"), "xy") == "ab"
+
+
+def test_the_regular_pasts_are_what_ed_makes_with_and_without_a_doubled_consonant():
+    assert cj._regular_pasts("stop") == {"stoped", "stopped"}
+    assert "studied" in cj._regular_pasts("study")
+
+
+def test_the_irregular_verbs_are_plain_words_whose_past_or_participle_is_not_regular():
+    table = cj.irregular_verbs()
+    assert table["go"] == ("went", "gone") and table["see"] == ("saw", "seen")
+    assert "bake" not in table and "stop" not in table
+    assert all(re.fullmatch(r"[a-z]+(?:-[a-z]+)*", verb) for verb in table)
+    assert all(not {past, participle} <= cj._regular_pasts(verb) for verb, (past, participle) in table.items())
+
+
+@pytest.mark.parametrize("word, says", [
+    ("went", "'went' is the past of 'go'; give the base form 'go'."),
+    ("am", "'am' is a present form of 'be'; give the base form 'be'."),
+    ("felt", "'felt' is the past and the past participle of 'feel'; give the base form 'feel'."),
+    ("beware", "'beware' has no past or -ing forms, so it has no full conjugation."),
+    ("wont", "'wont' is not a verb (it is a noun or an adjective)."),
+    ("quickly", "'quickly' is not a verb (it is an adverb)."),
+    ("quoth", "'quoth' is not an English verb (it is not in the verb lexicon)."),
+])
+def test_a_word_that_is_not_a_base_form_is_refused_saying_what_it_is(word, says):
+    assert cj._what_it_is(word) == says
+    with pytest.raises(ConjugationError) as refused:
+        cj.validate_verb(word)
+    assert str(refused.value) == says
+
+
+def test_a_phrasal_verb_given_in_the_past_is_told_its_base_form_with_its_particle():
+    with pytest.raises(ConjugationError) as refused:
+        cj.validate_verb("went out")
+    assert str(refused.value) == "'went' is the past of 'go'; give the base form 'go out'."
