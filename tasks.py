@@ -41,7 +41,7 @@ def _run(c, command: str, *, trace: Path | None = None, who: str = "process") ->
 
 def _report_crash(result, trace: Path | None, who: str) -> None:
     from miniagent.lab.harness import crash
-    from miniagent.lab.harness.run import Progress, TraceFollower
+    from miniagent.lab.harness.follow import Progress, TraceFollower
     from miniagent.lab.commands.tasks import report_lang
 
     progress = Progress()

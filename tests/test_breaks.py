@@ -205,7 +205,7 @@ def test_tour_json_prints_only_json(capsys):
 
 
 def test_every_break_says_what_a_run_must_show_before_its_timeout():
-    from miniagent.lab.harness.run import NEEDS_KEYS
+    from miniagent.lab.harness.deadline import NEEDS_KEYS
 
     for brk in catalogue():
         assert brk.needs and set(brk.needs) <= set(NEEDS_KEYS) and all(n >= 1 for n in brk.needs.values()), brk.id
@@ -236,7 +236,7 @@ def test_a_run_that_never_reaches_the_broken_code_is_not_exercised_and_not_score
 
 
 def test_the_verdict_says_whether_the_symptom_showed():
-    from miniagent.lab.harness.run import RunRecord
+    from miniagent.lab.harness.record import RunRecord
 
     brk = find("orphan-server")
     shown = RunRecord(command=["x"], timeout=6, outcome="timeout", needs={"tool_calls": 1}, needs_met=True,

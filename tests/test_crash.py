@@ -20,7 +20,8 @@ from miniagent.lab.harness import crash
 from miniagent.lab.learner import progress
 from miniagent.lab.commands import tasks as lab
 from miniagent.lab.catalogue import find
-from miniagent.lab.harness.run import crash_note, machine_note, run_experiment, summary
+from miniagent.lab.harness.record import crash_note, machine_note, summary
+from miniagent.lab.harness.run import run_experiment
 from miniagent.lab.learner.notebook import compare
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -251,7 +251,7 @@ def _module_parser(module: str):
 
         return _parser()
     if module == "miniagent.lab.harness":
-        from miniagent.lab.harness.run import build_parser
+        from miniagent.lab.harness.__main__ import build_parser
 
         return build_parser()
     if module == "miniagent.models.llama_server":

@@ -19,21 +19,11 @@ import psutil
 import pytest
 from helpers import start_foreign_spinner
 
-from miniagent.lab.harness.run import (
-    RunRecord,
-    TraceFollower,
-    deadline_note,
-    describe,
-    load_record,
-    machine_note,
-    render_panel,
-    Progress,
-    run_experiment,
-    save_record,
-    sparkline,
-    write_svg,
-    write_svg_pair,
-)
+from miniagent.lab.harness.record import deadline_note, load_record, machine_note, RunRecord
+from miniagent.lab.harness.follow import describe, Progress, TraceFollower
+from miniagent.lab.harness.panel import render_panel, sparkline
+from miniagent.lab.harness.run import run_experiment
+from miniagent.lab.harness.charts import save_record, write_svg, write_svg_pair
 
 ROOT = Path(__file__).resolve().parents[1]
 ADVERSARIAL = "Please conjugate the verb eat lovingly in the dreaming tense"
@@ -357,7 +347,7 @@ def test_a_docs_chart_is_readable_at_the_page_width_and_speaks_the_page_language
 
 def test_a_reply_continued_without_end_keeps_the_followers_memory_bounded():
     """Break 07 continues one reply for ever: the follower keeps a bounded piece of it, not every piece joined."""
-    from miniagent.lab.harness.run import ACTION_TEXT_MAX
+    from miniagent.lab.harness.follow import ACTION_TEXT_MAX
 
     progress = Progress()
     for i in range(5000):

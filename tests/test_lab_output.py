@@ -11,7 +11,9 @@ from rich.console import Console
 
 from miniagent.lab.learner import notebook
 from miniagent.lab.commands import tasks as lab
-from miniagent.lab.harness.run import Progress, RunRecord, render_panel
+from miniagent.lab.harness.follow import Progress
+from miniagent.lab.harness.record import RunRecord
+from miniagent.lab.harness.panel import render_panel
 
 ANSWER = "The conjugation server failed: reached max_turns=1 [stop_reason: server_failed]."
 

@@ -390,7 +390,9 @@ def test_a_missing_stop_reason_is_written_none(tmp_path):
 
 
 def test_crash_means_the_same_in_the_templates_and_in_the_harness():
-    from miniagent.lab.harness.run import Progress, RunRecord, _fill_outcome
+    from miniagent.lab.harness.follow import Progress
+    from miniagent.lab.harness.record import RunRecord
+    from miniagent.lab.harness.run import _fill_outcome
 
     record = RunRecord(command=["x"], timeout=1.0)
     _fill_outcome(record, Progress(), {}, timed_out=False, interrupted=False)

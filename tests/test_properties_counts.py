@@ -13,7 +13,9 @@ from generated import run_world, worlds
 from hypothesis import given, note
 
 from miniagent.lab.commands.classload import turn_latencies
-from miniagent.lab.harness.run import Progress, RunRecord, _fill_from_trace
+from miniagent.lab.harness.follow import Progress
+from miniagent.lab.harness.record import RunRecord
+from miniagent.lab.harness.run import _fill_from_trace
 
 
 def record_of(events: list[dict]) -> RunRecord:

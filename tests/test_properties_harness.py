@@ -28,7 +28,8 @@ import psutil
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from miniagent.lab.harness.run import RunRecord, run_experiment
+from miniagent.lab.harness.record import RunRecord
+from miniagent.lab.harness.run import run_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = 10  # seconds: a long-lived process outlives any run here unless it is killed

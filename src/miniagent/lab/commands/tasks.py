@@ -32,7 +32,9 @@ from ..patching import agent_command, apply_to_tree, is_applied, make_sandbox, r
 from .counterexamples import property_tests
 from ..harness.crash import short as crash_short
 from ..harness.process_tree import spinning_core
-from ..harness.run import RunRecord, crash_note, deadline_note, machine_note, run_experiment, save_record, summary
+from ..harness.charts import save_record
+from ..harness.record import crash_note, deadline_note, machine_note, RunRecord, summary
+from ..harness.run import run_experiment
 
 console = Console()
 BASELINE = "baseline"
@@ -629,7 +631,8 @@ def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -
 
 
 def _draw_charts(data: dict, assets_dir: Path) -> list[Path]:
-    from ..harness.run import records_from_results, write_docs_charts
+    from ..harness.record import records_from_results
+    from ..harness.charts import write_docs_charts
 
     broken, fixed = records_from_results(data)
     return write_docs_charts(broken, fixed, data["id"], assets_dir)

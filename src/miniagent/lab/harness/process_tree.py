@@ -29,7 +29,7 @@ _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 # --------------------------------------------------------------------------
 
 
-def _cmdline(proc: psutil.Process) -> str:
+def cmdline(proc: psutil.Process) -> str:
     try:
         return " ".join(proc.cmdline()) or proc.name()
     except psutil.Error:
@@ -66,7 +66,7 @@ class TreeSampler:
             except _GONE:
                 continue
             self.procs[proc.pid] = proc
-            self.seen[proc.pid] = {"pid": proc.pid, "cmdline": _cmdline(proc), "create_time": create_time}
+            self.seen[proc.pid] = {"pid": proc.pid, "cmdline": cmdline(proc), "create_time": create_time}
 
     def _session_orphans(self) -> list[psutil.Process]:
         """Processes of the root's session that are no longer its descendants.
@@ -103,9 +103,9 @@ class TreeSampler:
 
     def _refresh_cmdline(self, proc: psutil.Process) -> None:
         """A process first seen between fork and exec showed its parent's command line (or none): read it again."""
-        cmdline = _cmdline(proc)
-        if cmdline != "?":
-            self.seen[proc.pid]["cmdline"] = cmdline
+        line = cmdline(proc)
+        if line != "?":
+            self.seen[proc.pid]["cmdline"] = line
 
     def alive(self) -> list[psutil.Process]:
         """Every process seen that still runs, plus anything those spawned since."""
@@ -120,7 +120,7 @@ class TreeSampler:
         for proc in found.values():
             if proc.pid not in self.seen:
                 with contextlib.suppress(psutil.Error):
-                    self.seen[proc.pid] = {"pid": proc.pid, "cmdline": _cmdline(proc),
+                    self.seen[proc.pid] = {"pid": proc.pid, "cmdline": cmdline(proc),
                                            "create_time": proc.create_time()}
         return [p for p in found.values() if alive(p)]
 
@@ -130,7 +130,7 @@ class TreeSampler:
 # --------------------------------------------------------------------------
 
 
-def _stop_agent(proc: subprocess.Popen, grace: float) -> float:
+def stop_agent(proc: subprocess.Popen, grace: float) -> float:
     """SIGTERM the agent's group, SIGKILL it after ``grace`` if anything is left. Returns when the agent was gone."""
     pgid = proc.pid  # start_new_session: the agent leads its group
     signal_group(pgid, signal.SIGTERM)  # the agent's handler unwinds and closes its MCP server
@@ -147,7 +147,7 @@ def _stop_agent(proc: subprocess.Popen, grace: float) -> float:
     return time.monotonic()
 
 
-def _find_survivors(sampler: TreeSampler, settle: float, since: float) -> tuple[list[psutil.Process], list[dict]]:
+def find_survivors(sampler: TreeSampler, settle: float, since: float) -> tuple[list[psutil.Process], list[dict]]:
     """Processes of the tree still alive after ``settle`` s, and those that exited by themselves meanwhile.
 
     ``since`` is when the agent was gone; ``outlived_s`` says how much longer a process lived.
@@ -168,7 +168,7 @@ def _find_survivors(sampler: TreeSampler, settle: float, since: float) -> tuple[
     return alive, outlived
 
 
-def _kill_all(procs: list[psutil.Process]) -> bool:
+def kill_all(procs: list[psutil.Process]) -> bool:
     """SIGKILL each survivor's whole group (a server leads its own). True when all are gone."""
     for proc in procs:
         try:
@@ -187,7 +187,7 @@ def _kill_all(procs: list[psutil.Process]) -> bool:
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
+def sigint_ignored() -> Iterator[None]:
     """A second Ctrl-C must not interrupt the clean-up half way (that would leave orphans)."""
     if threading.current_thread() is not threading.main_thread():
         yield
