@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import inspect
 import shlex
 import shutil
@@ -42,7 +43,7 @@ def _run(c, command: str, *, trace: Path | None = None, who: str = "process") ->
 def _report_crash(result, trace: Path | None, who: str) -> None:
     from miniagent.lab.harness import crash
     from miniagent.lab.harness.follow import Progress, TraceFollower
-    from miniagent.lab.commands.tasks import report_lang
+    from miniagent.lab.commands.exercises import report_lang
 
     progress = Progress()
     if trace is not None:
@@ -189,10 +190,10 @@ def docs_build(c):
 
 
 # --- breaks, experiments, predictions -----------------------------------------------------------
-def _lab():
-    from miniagent.lab.commands import tasks as lab
-
-    return lab
+def _lab(part: str):
+    """The lab's commands: ``exercises`` (the loop a learner works in), ``experiment`` (exp, predict, tour) and
+    ``maintainer`` (check-breaks, the docs' results), each a module of miniagent.lab.commands."""
+    return importlib.import_module(f"miniagent.lab.commands.{part}")
 
 
 def _refuse(err: Exception) -> None:
@@ -224,7 +225,7 @@ def refusing(body):
 @task
 def breaks(c):
     """List the break catalogue with a one-line description each."""
-    _lab().list_breaks()
+    _lab("exercises").list_breaks()
 
 
 LEARNER_HELP = "your name, your folder under learners/ (remembered: needed once)"
@@ -243,14 +244,14 @@ def _who(learner, required=False):
 @refusing
 def break_(c, variant, learner=None):
     """Apply a break to your working tree (refuses, changing nothing, if your edits conflict)."""
-    _lab().break_tree(variant, _who(learner))
+    _lab("exercises").break_tree(variant, _who(learner))
 
 
 @task(positional=["variant"], help={"variant": "the break to revert", "learner": LEARNER_HELP})
 @refusing
 def fix(c, variant, learner=None):
     """Revert a break exactly (refuses if you edited the same lines since)."""
-    _lab().fix_tree(variant, _who(learner))
+    _lab("exercises").fix_tree(variant, _who(learner))
 
 
 @task(positional=["variant"], help={"variant": "a break (alias, id or number), or 'all' for every guard test",
@@ -259,7 +260,7 @@ def fix(c, variant, learner=None):
 @refusing
 def check(c, variant, dry_run=False, learner=None):
     """Run a break's guard tests against your own source: green means your fix holds."""
-    code = _lab().check(variant, dry_run=dry_run, learner=_who(learner))
+    code = _lab("exercises").check(variant, dry_run=dry_run, learner=_who(learner))
     sys.exit(code)
 
 
@@ -268,21 +269,21 @@ def check(c, variant, dry_run=False, learner=None):
 @refusing
 def hint(c, variant, learner=None, lang=None):
     """The next hint for a break: 1, then 2, then 3 (remembered in your progress)."""
-    _lab().hint(variant, _who(learner, required=True), lang)
+    _lab("exercises").hint(variant, _who(learner, required=True), lang)
 
 
 @task(help={"learner": LEARNER_HELP, "lang": LANG_HELP})
 @refusing
 def progress(c, learner=None, lang=None):
     """Every break with your state (predicted, run, broken, fixed, hints) and what to do next."""
-    _lab().progress_report(_who(learner, required=True), lang)
+    _lab("exercises").progress_report(_who(learner, required=True), lang)
 
 
 @task(name="next", help={"learner": LEARNER_HELP, "lang": LANG_HELP})
 @refusing
 def next_(c, learner=None, lang=None):
     """The next break to work on, with the commands for it."""
-    _lab().next_break(_who(learner, required=True), lang)
+    _lab("exercises").next_break(_who(learner, required=True), lang)
 
 
 @task(positional=["variant"], help={"variant": "the break whose guard tests to run (or 'all')",
@@ -290,7 +291,7 @@ def next_(c, learner=None, lang=None):
 @refusing
 def watch(c, variant, learner=None, lang=None):
     """Re-run a break's guard tests every time you save a file under src/ (Ctrl-C to stop)."""
-    code = _lab().watch_tree(variant, _who(learner), lang)
+    code = _lab("exercises").watch_tree(variant, _who(learner), lang)
     sys.exit(code)
 
 
@@ -299,7 +300,7 @@ def watch(c, variant, learner=None, lang=None):
 @refusing
 def reset(c, variant, learner=None, lang=None):
     """Back to the intact source for this break only (your other edits stay; replaced lines are saved)."""
-    _lab().reset_tree(variant, _who(learner), lang)
+    _lab("exercises").reset_tree(variant, _who(learner), lang)
 
 
 @task(positional=["variant"], help={
@@ -308,7 +309,7 @@ def reset(c, variant, learner=None, lang=None):
 @refusing
 def predict(c, variant, learner=None, lang=None):
     """Add a prediction section for a break to learners/NAME/notebook.md (never overwrites)."""
-    _lab().predict(variant, _who(learner, required=True), lang)
+    _lab("experiment").predict(variant, _who(learner, required=True), lang)
 
 
 @task(auto_shortflags=False, help={
@@ -325,7 +326,7 @@ def predict(c, variant, learner=None, lang=None):
 def exp(c, variant, input=None, timeout=None, learner=None, json=False, options=None):  # noqa: A002
     """Run a variant from a sandbox copy under the harness: live panel, kill at timeout, report."""
     llm = options.pop("llm")
-    record = _lab().exp(variant, question=input, timeout=float(timeout) if timeout else None, llm=llm,
+    record = _lab("experiment").exp(variant, question=input, timeout=float(timeout) if timeout else None, llm=llm,
                         learner=learner, as_json=json, model_flags=shlex.split(_flags(**options)))
     if record is None or record.signal:  # no prediction yet (it said how to write one), or a crash (reported)
         sys.exit(1)
@@ -336,7 +337,7 @@ def exp(c, variant, input=None, timeout=None, learner=None, json=False, options=
 @refusing
 def tour(c, learner=None, json=False, llm=None):
     """The failure-mode tour: run every break, then a summary table (predicted vs observed)."""
-    results = _lab().tour(learner, as_json=json, llm=llm)
+    results = _lab("experiment").tour(learner, as_json=json, llm=llm)
     if any((r["record"] or {}).get("signal") for r in results):
         sys.exit(1)  # a run crashed: the table says which
 
@@ -347,19 +348,19 @@ def tour(c, learner=None, json=False, llm=None):
 @refusing
 def check_breaks(c, real=False, only=None, under_load=False):
     """Maintainer check: each break applies, is caught by its tests, shows its symptom, reverts exactly."""
-    sys.exit(_lab().check_breaks(use_ci_models=not real, only=only, under_load=under_load))
+    sys.exit(_lab("maintainer").check_breaks(use_ci_models=not real, only=only, under_load=under_load))
 
 
 @task(name="docs-results", help={"only": "one break only"})
 def docs_results(c, only=None):
     """Run every break and its fixed twin for real; write the docs' results tables and CPU charts."""
-    _lab().docs_results(ROOT / "docs_results", ROOT / "docs" / "assets" / "results", only=only)
+    _lab("maintainer").docs_results(ROOT / "docs_results", ROOT / "docs" / "assets" / "results", only=only)
 
 
 @task(name="docs-charts")
 def docs_charts(c):
     """Redraw the docs' CPU charts (English and Spanish) from the measured JSON in docs_results/; runs nothing."""
-    for path in _lab().docs_charts(ROOT / "docs_results", ROOT / "docs" / "assets" / "results"):
+    for path in _lab("maintainer").docs_charts(ROOT / "docs_results", ROOT / "docs" / "assets" / "results"):
         print(path.relative_to(ROOT))
 
 

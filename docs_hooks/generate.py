@@ -2,7 +2,9 @@
 
 Registered in ``mkdocs.yml`` under ``hooks:``.  Before every build
 (``on_pre_build``, so before any page is read by pymdownx.snippets, which has
-``check_paths: true``) it reads every ``breaks/<id>/break.toml`` and writes,
+``check_paths: true``) it reads every ``breaks/<id>/break.toml`` with the
+catalogue's own parser (:meth:`miniagent.lab.catalogue.Break.load`, the one
+every ``invoke`` task uses) and writes,
 into ``build/generated/breaks/<id>/``:
 
 - ``title.{en,es}.md``   the page's H1
@@ -23,8 +25,8 @@ The metadata stays the single source: nothing here is specific to one break.
 Every text a learner reads has an ``en`` and an ``es`` version in ``break.toml``
 (``title``, ``removes``, ``run.stand_in_why``, each ``symptom`` key,
 ``hidden_cause``, ``hints``): a Spanish page never shows catalogue text in English.
-A missing Spanish text fails the build (the break is not described, not
-half-described).
+A missing Spanish text fails the build (``BreakError``: the break is not
+described, not half-described).
 """
 
 from __future__ import annotations
@@ -33,13 +35,13 @@ import json
 import logging
 import re
 import shlex
-import tomllib
 from pathlib import Path
 from typing import Any
 
+from miniagent.lab.catalogue import LANGS, Break
+
 log = logging.getLogger("mkdocs.hooks.generate")
 
-LANGS = ("en", "es")
 OUT = Path("build") / "generated" / "breaks"
 
 # What the named stand-ins do (mirrors miniagent.models.scripted.BEHAVIOURS;
@@ -208,22 +210,9 @@ def reverse_patch(text: str) -> str:
 
 
 def _behaviours_en() -> dict[str, str]:
-    try:
-        from miniagent.models.scripted import BEHAVIOURS
-    except Exception:  # the docs can build without the package installed
-        return {}
+    from miniagent.models.scripted import BEHAVIOURS
+
     return dict(BEHAVIOURS)
-
-
-class CatalogueError(ValueError):
-    """A break.toml text is missing in one language."""
-
-
-def _lang_text(table: Any, lang: str, where: str = "") -> tuple[str, bool]:
-    """A ``{en, es}`` table's text for ``lang``: (text, False).  A missing language is an error."""
-    if isinstance(table, dict) and isinstance(table.get(lang), str) and table[lang].strip():
-        return str(table[lang]), False
-    raise CatalogueError(f"{where or 'a text'} has no {lang!r} version in break.toml")
 
 
 def _indent(text: str, spaces: int = 4) -> str:
@@ -243,14 +232,6 @@ def _code(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def _title(data: dict, lang: str) -> str:
-    return _lang_text(data.get("title", {}), lang, f"{data.get('id')}: title")[0]
-
-
-def _is_real(run: dict) -> bool:
-    return run.get("llm") == "llama"
-
-
 def _number(break_id: str) -> str:
     return break_id.split("-", 1)[0]
 
@@ -259,64 +240,53 @@ def _alias(break_id: str) -> str:
     return break_id.split("-", 1)[1] if "-" in break_id else break_id
 
 
-def _symptom_fragment(data: dict, lang: str) -> str:
+def _symptom_fragment(brk: Break, lang: str) -> str:
     t = TEXT[lang]
     rows = [t["sym_head"], "|---|---|"]
-    for key, texts in data.get("symptom", {}).items():
-        text, _ = _lang_text(texts, lang, f"{data['id']}: symptom.{key}")
-        rows.append(f"| **{t['sym_label'].get(key, key)}** | {_cell(text)} |")
+    for key, texts in brk.symptom.items():
+        rows.append(f"| **{t['sym_label'].get(key, key)}** | {_cell(texts[lang])} |")
     # Folded until opened: the learner predicts first, then looks.
     return f'??? danger "{t["sym_fold"]}"\n' + _indent("\n".join(rows) + "\n") + "\n"
 
 
-def _hints_fragment(data: dict, lang: str) -> str:
-    hints = data.get("hints", {})
-    items = hints.get(lang)
-    if not items:
-        raise CatalogueError(f"{data.get('id')}: hints has no {lang!r} version in break.toml")
+def _hints_fragment(brk: Break, lang: str) -> str:
     parts = []
-    for n, hint in enumerate(items, 1):
+    for n, hint in enumerate(brk.hints[lang], 1):
         parts.append(f'??? tip "{TEXT[lang]["hint"].format(n=n)}"\n{_indent(hint)}\n')
     return "\n".join(parts)
 
 
-def _model_fragment(data: dict, lang: str, behaviours_en: dict[str, str]) -> str:
+def _model_fragment(brk: Break, lang: str, behaviours_en: dict[str, str]) -> str:
     t = TEXT[lang]
-    run = data.get("run", {})
-    llm = run.get("llm", "?")
-    if _is_real(run):
+    llm = brk.llm
+    if brk.real_model:
         text = t["real"]
     else:
         kind, _, name = llm.partition(":")
         what_en = behaviours_en.get(name, "")
         what = BEHAVIOURS_ES[name] if lang == "es" else what_en
         what = what or llm
-        why = _lang_text(run["stand_in_why"], lang, f"{data['id']}: run.stand_in_why")[0] \
-            if "stand_in_why" in run else None
+        why = brk.stand_in_why.get(lang)
         if why:
             text = t["stand_in"].format(llm=llm, what=what, why=why)
         else:
             text = t["stand_in_nowhy"].format(llm=llm, what=what)
-    ci = run.get("ci_llm")
-    if ci and ci != llm:
-        text += "\n\n" + t["ci"].format(ci=ci)
+    if brk.ci_llm != llm:
+        text += "\n\n" + t["ci"].format(ci=brk.ci_llm)
     return text + "\n"
 
 
-def _run_fragment(data: dict, lang: str) -> str:
+def _run_fragment(brk: Break, lang: str) -> str:
     t = TEXT[lang]
-    run = data.get("run", {})
-    alias = _alias(data["id"])
-    question, llm = run.get("input", ""), run.get("llm", "llama")
-    flags = [str(f) for f in run.get("flags", [])]
-    timeout = run.get("timeout_s")
-    timeout_s = f"{float(timeout):g} s" if timeout is not None else "?"
+    alias, question, llm, timeout = brk.alias, brk.input, brk.llm, brk.timeout_s
+    flags = [str(f) for f in brk.flags]
+    timeout_s = f"{timeout:g} s"
     shown_flags = _code(" ".join(flags)) if flags else t["none"]
     agent = ["python", "-m", "miniagent", "ask", question, "--trace", "trace.jsonl", "--json", "--llm", llm, *flags]
     agent_cmd = " ".join(shlex.quote(a) for a in agent)
-    needs = {str(k): int(v) for k, v in run.get("needs", {}).items()}
+    needs = brk.needs
     shown_needs = ", ".join(f"`{k}` ≥ {n}" for k, n in needs.items()) or t["none"]
-    by_hand = ["python", "-m", "miniagent.lab.harness", "--timeout", f"{float(timeout or 30):g}",
+    by_hand = ["python", "-m", "miniagent.lab.harness", "--timeout", f"{timeout:g}",
                *(f"--needs={k}={n}" for k, n in needs.items()),
                "--trace", f"runs/{alias}-trace.jsonl", "--out", f"runs/{alias}-by-hand", "--",
                "python", "-m", "miniagent", "ask", question, "--llm", llm, *flags]
@@ -352,17 +322,16 @@ def _run_fragment(data: dict, lang: str) -> str:
     )
 
 
-def _index_fragment(entries: list[tuple[str, dict | None]], lang: str, prefix: str = "") -> str:
+def _index_fragment(entries: list[tuple[str, Break | None]], lang: str, prefix: str = "") -> str:
     t = TEXT[lang]
     rows = [t["idx_head"], "|---|---|---|---|"]
-    for break_id, data in entries:
-        if data is None:
+    for break_id, brk in entries:
+        if brk is None:
             rows.append(f"| [`{break_id}`]({prefix}{break_id}.md) | ? | ? | ? |")
             continue
-        removes = _lang_text(data.get("removes"), lang, f"{break_id}: removes")[0]
-        run = data.get("run", {})
-        model = t["idx_real"] if _is_real(run) else t["idx_stand"].format(llm=run.get("llm", "?"))
-        rows.append(f"| [`{break_id}`]({prefix}{break_id}.md) | {_cell(_title(data, lang))} | {_cell(removes)} | {model} |")
+        model = t["idx_real"] if brk.real_model else t["idx_stand"].format(llm=brk.llm)
+        rows.append(f"| [`{break_id}`]({prefix}{break_id}.md) | {_cell(brk.title[lang])} | {_cell(brk.removes[lang])} "
+                    f"| {model} |")
     return "\n".join(rows) + "\n"
 
 
@@ -467,7 +436,7 @@ def generate(root: Path) -> list[Path]:
     behaviours_en = _behaviours_en()
     out_root = root / OUT
     changed: list[Path] = []
-    entries: list[tuple[str, dict | None]] = []
+    entries: list[tuple[str, Break | None]] = []
     breaks_dir = root / "breaks"
     folders = sorted(p for p in breaks_dir.iterdir() if p.is_dir()) if breaks_dir.is_dir() else []
     for folder in folders:
@@ -491,19 +460,17 @@ def generate(root: Path) -> list[Path]:
             files["symptom.es.md"] = TEXT["es"]["missing"].format(id=folder.name)
             entries.append((folder.name, None))
         else:
-            data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
-            data.setdefault("id", folder.name)
-            entries.append((folder.name, data))
+            brk = Break.load(folder)  # the catalogue's own parser: strict, both languages of every text
+            entries.append((folder.name, brk))
             for lang in LANGS:
                 files[f"title.{lang}.md"] = "# " + TEXT[lang]["heading"].format(
-                    num=_number(folder.name), title=_title(data, lang)) + "\n"
-                cause, _ = _lang_text(data.get("hidden_cause", {}), lang, f"{folder.name}: hidden_cause")
-                files[f"cause.{lang}.md"] = cause + "\n"
-                files[f"hints.{lang}.md"] = _hints_fragment(data, lang)
-                files[f"model.{lang}.md"] = _model_fragment(data, lang, behaviours_en)
-                files[f"run.{lang}.md"] = _run_fragment(data, lang)
-            files["symptom.md"] = _symptom_fragment(data, "en")
-            files["symptom.es.md"] = _symptom_fragment(data, "es")
+                    num=_number(folder.name), title=brk.title[lang]) + "\n"
+                files[f"cause.{lang}.md"] = brk.hidden_cause[lang] + "\n"
+                files[f"hints.{lang}.md"] = _hints_fragment(brk, lang)
+                files[f"model.{lang}.md"] = _model_fragment(brk, lang, behaviours_en)
+                files[f"run.{lang}.md"] = _run_fragment(brk, lang)
+            files["symptom.md"] = _symptom_fragment(brk, "en")
+            files["symptom.es.md"] = _symptom_fragment(brk, "es")
             measured = root / "docs_results" / f"{folder.name}.json"
             if measured.is_file():
                 results = json.loads(measured.read_text(encoding="utf-8"))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from miniagent.lab.learner import notebook
-from miniagent.lab.commands import tasks as lab
-from miniagent.lab.catalogue import BreakError, catalogue, find
+from miniagent.lab.commands import experiment, maintainer, screen
+from miniagent.lab.catalogue import Break, BreakError, catalogue, find
 from miniagent.lab.patching import apply_to_tree, is_applied, revert_in_tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,12 +134,12 @@ def test_exp_reads_the_prediction_and_appends_the_observation():
     learner = f"pytest-{os.getpid()}"
     folder = ROOT / "learners" / learner
     try:
-        assert lab.exp("dead-config", learner=learner, llm="scripted:oracle", live=False) is None  # no prediction
+        assert experiment.exp("dead-config", learner=learner, llm="scripted:oracle", live=False) is None  # no prediction
         path, created = notebook.add_prediction(ROOT, learner, "01-dead-config", "Dead config")
         text = path.read_text().replace("outcome: ?", "outcome: answer").replace("tool_calls: ?", "tool_calls: 1")
         path.write_text(text + "My own words stay.\n")
         before = path.read_text()
-        record = lab.exp("dead-config", learner=learner, llm="scripted:oracle", live=False)
+        record = experiment.exp("dead-config", learner=learner, llm="scripted:oracle", live=False)
         assert record is not None and record.outcome == "answer" and record.turns == 2
         after = path.read_text()
         assert after.startswith(before), "the learner's notes were rewritten"
@@ -162,7 +162,7 @@ def test_exp_runs_a_sandbox_and_leaves_the_learners_tree_alone():
 
 @pytest.mark.slow  # ~4 min: every break applied, caught, run and reverted
 def test_maintainer_check_every_break_applies_is_caught_shows_its_symptom_and_reverts():
-    assert lab.check_breaks(use_ci_models=True) == 0
+    assert maintainer.check_breaks(use_ci_models=True) == 0
 
 
 def _repo_copy(tmp_path: Path) -> Path:
@@ -179,7 +179,7 @@ def test_check_breaks_fails_when_a_named_guard_test_no_longer_exists(tmp_path, c
     guards = tree / "tests" / "test_guards.py"
     guards.write_text(guards.read_text().replace("def test_turn_cap_stops_a_model_that_never_answers(",
                                                  "def test_turn_cap_renamed(", 1))
-    assert lab.check_breaks(only="no-cap", root=tree) == 1
+    assert maintainer.check_breaks(only="no-cap", root=tree) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "its test tests/test_guards.py::test_turn_cap_stops_a_model_that_never_answers does not exist" in out
     assert "every break is caught" not in out
@@ -188,7 +188,7 @@ def test_check_breaks_fails_when_a_named_guard_test_no_longer_exists(tmp_path, c
 @pytest.mark.parametrize("code, caught", [(1, True), (0, False), (2, False), (3, False), (4, False), (5, False)])
 def test_only_a_failing_test_run_counts_as_caught(code, caught):
     proc = subprocess.CompletedProcess([], code, stdout="ERROR: not found: tests/x.py::y\n", stderr="")
-    problem = lab.judge_pytest(proc, "the guard tests")
+    problem = maintainer.judge_pytest(proc, "the guard tests")
     assert (problem is None) is caught
     if code == 0:
         assert "not caught" in problem
@@ -198,7 +198,7 @@ def test_only_a_failing_test_run_counts_as_caught(code, caught):
 
 @pytest.mark.slow  # ~40 s: every break's stand-in run
 def test_tour_json_prints_only_json(capsys):
-    results = lab.tour(as_json=True, llm="scripted:oracle")
+    results = experiment.tour(as_json=True, llm="scripted:oracle")
     printed = json.loads(capsys.readouterr().out)
     assert [r["id"] for r in printed] == EXPECTED == [r["id"] for r in results]
     assert all(r["record"]["processes_left"] == [] or r["id"] == "09-orphan-server" for r in printed)
@@ -217,17 +217,17 @@ def test_a_run_that_never_reaches_the_broken_code_is_not_exercised_and_not_score
 
     from rich.console import Console
 
-    screen = Console(record=True, width=200, file=io.StringIO(), color_system=None)
-    monkeypatch.setattr(lab, "console", screen)
+    recorded = Console(record=True, width=200, file=io.StringIO(), color_system=None)
+    monkeypatch.setattr(screen, "console", recorded)
     learner = f"pytest-{os.getpid()}"
     folder = ROOT / "learners" / learner
     try:
         path, _ = notebook.add_prediction(ROOT, learner, "04-no-breaker", "No breaker")
         path.write_text(path.read_text().replace("outcome: ?", "outcome: fallback"))
-        record = lab.exp("no-breaker", learner=learner, llm="scripted:oracle", live=False,
+        record = experiment.exp("no-breaker", learner=learner, llm="scripted:oracle", live=False,
                          question="What is the past simple of go for she?")
         assert record.outcome == "answer" and record.needs_met is False and record.expect_failures is None
-        shown = screen.export_text()
+        shown = recorded.export_text()
         assert "NOT EXERCISED" in shown and "invoke exp no-breaker" in shown
         notes = path.read_text()
         assert "| outcome | fallback | answer | not exercised |" in notes and "exercised: no" in notes
@@ -241,18 +241,18 @@ def test_the_verdict_says_whether_the_symptom_showed():
     brk = find("orphan-server")
     shown = RunRecord(command=["x"], timeout=6, outcome="timeout", needs={"tool_calls": 1}, needs_met=True,
                       tool_calls=1, processes_left=[{"pid": 1, "cmdline": "server"}], expect_failures=[])
-    assert lab.verdict(brk, shown)[-1] == ("green", "The break's symptom showed: outcome timeout, "
+    assert experiment.verdict(brk, shown)[-1] == ("green", "The break's symptom showed: outcome timeout, "
                                                     "processes_left >= 1.")
     missed = RunRecord(command=["x"], timeout=6, outcome="timeout", needs={"tool_calls": 1}, needs_met=True,
                        tool_calls=1, machine_busy=True, other_cpu_mean=140.0, cpus=2,
                        expect_failures=["processes_left 0 < 1"])
-    style, text = lab.verdict(brk, missed)[-1]
+    style, text = experiment.verdict(brk, missed)[-1]
     assert style == "bold red" and "processes_left 0 < 1" in text and "busy" in text
-    assert any("machine was busy" in text for _, text in lab.verdict(brk, missed))
+    assert any("machine was busy" in text for _, text in experiment.verdict(brk, missed))
 
 
 def test_the_busy_core_is_reaped():
-    with lab.busy_core() as spinner:
+    with maintainer.busy_core() as spinner:
         assert spinner.poll() is None
     assert spinner.returncode is not None  # killed and waited for: no zombie, no orphan
 
@@ -269,3 +269,33 @@ def test_a_busy_loop_is_judged_against_the_cpu_other_programs_left():
     assert expect.failures(idle_hang) == ["cpu_mean 3 < 39 (of the 49 % other programs left)"]
     one_core_busy = {"cpu_mean": 45.0, "machine_busy": True, "cpus": 2, "other_cpu_mean": 100.0}
     assert expect.failures(one_core_busy) == ["cpu_mean 45 < 50"]  # a whole core was free: 50 still applies
+
+
+@pytest.mark.parametrize("drop, names", [
+    ('es = "Agente sin terminación: sin tope de turnos ni de llamadas"', "title"),
+    ('removes.es = "max_turns y max_tool_calls (los dos topes y sus comprobaciones)"', "removes"),
+    ('cpu.es = "ocupada', "symptom.cpu"),
+    ("hints.es", "hints"),
+])
+def test_a_break_missing_a_spanish_text_is_refused_by_the_catalogue_and_by_the_docs_build(tmp_path, drop, names):
+    """One parser for break.toml: every task and the docs hook refuse the same half-described break."""
+    sys.path.insert(0, str(ROOT))
+    from docs_hooks.generate import generate
+
+    folder = tmp_path / "breaks" / "00-no-cap"
+    shutil.copytree(ROOT / "breaks" / "00-no-cap", folder)
+    toml = folder / "break.toml"
+    lines = toml.read_text(encoding="utf-8").splitlines(keepends=True)
+    if drop == "hints.es":  # the Spanish hints: a list over several lines, from its key to its closing bracket
+        start = next(i for i, line in enumerate(lines) if line.startswith("es = [") and i > 0
+                     and any(prev.startswith("[hints]") for prev in lines[:i]))
+        end = next(i for i in range(start, len(lines)) if lines[i].rstrip().endswith("]"))
+        kept = lines[:start] + lines[end + 1:]
+    else:
+        kept = [line for line in lines if not line.startswith(drop)]
+    assert len(kept) < len(lines), "the test must remove a line"
+    toml.write_text("".join(kept), encoding="utf-8")
+    with pytest.raises(BreakError, match=names):
+        Break.load(folder)
+    with pytest.raises(BreakError, match=names):
+        generate(tmp_path)

@@ -18,7 +18,7 @@ from helpers import crash_env, start_foreign_spinner
 from miniagent.lab.harness import crash
 
 from miniagent.lab.learner import progress
-from miniagent.lab.commands import tasks as lab
+from miniagent.lab.commands import experiment
 from miniagent.lab.catalogue import find
 from miniagent.lab.harness.record import crash_note, machine_note, summary
 from miniagent.lab.harness.run import run_experiment
@@ -100,7 +100,7 @@ def test_a_model_crash_before_the_loop_is_a_crash_even_on_a_busy_machine(tmp_pat
     assert not any("Traceback" in line for line in record.stderr_tail), "\n".join(record.stderr_tail)
     assert "crash of SIGSEGV" in summary(record)
     assert not record.processes_left and record.cleanup_ok  # its MCP server went with it
-    lines = [sentence for _, sentence in lab.verdict(find("no-cap"), record)]
+    lines = [sentence for _, sentence in experiment.verdict(find("no-cap"), record)]
     assert lines[0].startswith("CRASHED: the agent died of SIGSEGV") and "before its loop started" in lines[0]
     assert lines[-1].startswith("Next: the model crashed inside llama.cpp")
     assert not any(blame in line for line in lines for blame in ("NOT EXERCISED", "quieter", "The machine was busy"))

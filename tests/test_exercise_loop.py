@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from miniagent.lab.learner import notebook, progress
-from miniagent.lab.commands import tasks as lab
+from miniagent.lab.commands import exercises, experiment
 from miniagent.lab.catalogue import find
 from miniagent.lab.patching import apply_to_tree, is_applied, reset_in_tree
 
@@ -79,11 +79,11 @@ def test_every_command_refuses_a_bad_state_file_and_changes_nothing(learner, cap
     path.parent.mkdir(parents=True)
     path.write_bytes(b'{"version": 1, "breaks": {"00-no-cap": {"hints": 1}},}')
     src = {p: p.read_bytes() for p in (ROOT / "src").rglob("*.py")}
-    for command in (lambda: lab.hint("no-cap", learner), lambda: lab.progress_report(learner),
-                    lambda: lab.next_break(learner), lambda: lab.break_tree("no-cap", learner),
-                    lambda: lab.fix_tree("no-cap", learner), lambda: lab.reset_tree("no-cap", learner),
-                    lambda: lab.check("no-cap", learner=learner),
-                    lambda: lab.exp("no-cap", learner=learner, llm="scripted:oracle", live=False)):
+    for command in (lambda: exercises.hint("no-cap", learner), lambda: exercises.progress_report(learner),
+                    lambda: exercises.next_break(learner), lambda: exercises.break_tree("no-cap", learner),
+                    lambda: exercises.fix_tree("no-cap", learner), lambda: exercises.reset_tree("no-cap", learner),
+                    lambda: exercises.check("no-cap", learner=learner),
+                    lambda: experiment.exp("no-cap", learner=learner, llm="scripted:oracle", live=False)):
         with pytest.raises(progress.StateError):
             command()
     assert path.read_bytes() == b'{"version": 1, "breaks": {"00-no-cap": {"hints": 1}},}'
@@ -106,22 +106,22 @@ def test_the_learner_is_remembered_once_named(tmp_path):
 
 def test_hints_come_one_at_a_time_and_are_remembered(learner, capsys):
     brk = find("no-cap")
-    assert lab.hint("no-cap", learner) == 1
+    assert exercises.hint("no-cap", learner) == 1
     out = capsys.readouterr().out
     assert "Hint 1 of 3" in out and brk.hints["en"][0][:30] in out and brk.hints["en"][1][:30] not in out
-    assert lab.hint("no-cap", learner, lang="es") == 2  # the first --lang is the learner's choice, remembered
+    assert exercises.hint("no-cap", learner, lang="es") == 2  # the first --lang is the learner's choice, remembered
     out = capsys.readouterr().out
     assert "Pista 2 de 3" in out and brk.hints["es"][1][:30] in out and "`invoke hint no-cap` para la pista 3" in out
-    assert lab.hint("no-cap", learner) == 3  # as that line says: no --lang, still Spanish
+    assert exercises.hint("no-cap", learner) == 3  # as that line says: no --lang, still Spanish
     assert "Era la última pista" in capsys.readouterr().out
-    assert lab.hint("no-cap", learner, lang="en") == 3  # no fourth: all three again; a later --lang is one-off
+    assert exercises.hint("no-cap", learner, lang="en") == 3  # no fourth: all three again; a later --lang is one-off
     out = capsys.readouterr().out
     assert all(h[:30] in out for h in brk.hints["en"])
     assert progress.load(ROOT, learner)["lang"] == "es"
-    assert lab.hint("dead-config", learner, lang="en") == 1
+    assert exercises.hint("dead-config", learner, lang="en") == 1
     assert "Run `invoke hint dead-config --lang en` again for hint 2." in capsys.readouterr().out
     assert progress.load(ROOT, learner)["breaks"]["00-no-cap"]["hints"] == 3
-    assert lab.hint("dead-config", learner) == 2, "each break counts its own hints"
+    assert exercises.hint("dead-config", learner) == 2, "each break counts its own hints"
 
 
 def test_progress_follows_the_learner_through_one_break(tree):
@@ -158,23 +158,23 @@ def test_an_unreadable_prediction_is_shown_not_fatal(tree):
 
 
 def test_progress_and_next_print_the_table_and_the_commands(learner, capsys):
-    lab.progress_report(learner)
+    exercises.progress_report(learner)
     out = capsys.readouterr().out
     assert "00-no-cap" in out and "14-ungrounded-answer" in out
     assert f"invoke predict no-cap" in out
-    lab.next_break(learner, lang="es")
+    exercises.next_break(learner, lang="es")
     assert "Siguiente: 00-no-cap" in capsys.readouterr().out
 
 
 def test_a_green_check_after_you_broke_it_is_fixed_and_verified(learner, capsys):
     progress.update(ROOT, learner, lambda s: progress.break_state(s, "00-no-cap").update(broken_at=progress.now()))
     assert not is_applied(find("no-cap"))
-    assert lab.check("no-cap", learner=learner) == 0
+    assert exercises.check("no-cap", learner=learner) == 0
     state = progress.load(ROOT, learner)["breaks"]["00-no-cap"]
     assert state["fixed_at"] and state["broken_at"] is None
     assert "fixed and verified by you" in capsys.readouterr().out
     # a green check on a break you never broke verifies nothing
-    assert lab.check("dead-config", learner=learner) == 0
+    assert exercises.check("dead-config", learner=learner) == 0
     assert "01-dead-config" not in progress.load(ROOT, learner)["breaks"]
 
 
@@ -185,11 +185,11 @@ def test_no_state_changes_without_its_precondition(learner, how, monkeypatch):
     progress.update(ROOT, learner, lambda s: progress.break_state(s, "00-no-cap").update(broken_at=progress.now()))
     before = progress.load(ROOT, learner)
     if how == "dry run":
-        assert lab.check("no-cap", dry_run=True, learner=learner) == 0
+        assert exercises.check("no-cap", dry_run=True, learner=learner) == 0
     else:  # the guard tests pass (here: said to), but the break is still in src/
-        monkeypatch.setattr(lab, "is_applied", lambda brk, root=None: True)
-        monkeypatch.setattr(lab.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
-        assert lab.check("no-cap", learner=learner) == 0
+        monkeypatch.setattr(exercises, "is_applied", lambda brk, root=None: True)
+        monkeypatch.setattr(exercises.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+        assert exercises.check("no-cap", learner=learner) == 0
     assert progress.load(ROOT, learner) == before
 
 
@@ -298,16 +298,16 @@ def test_watch_stops_after_max_runs(tree, capsys):
 
 
 def test_the_notebook_language_is_chosen_once(learner, capsys):
-    lab.predict("no-cap", learner, lang="es")
+    experiment.predict("no-cap", learner, lang="es")
     path = notebook.notebook_path(ROOT, learner)
     assert path.read_text(encoding="utf-8").startswith("# Mis predicciones para las averías")
     assert "## 00-no-cap — Agente sin terminación" in path.read_text(encoding="utf-8")
     assert "Sección de predicción para 00-no-cap añadida" in capsys.readouterr().out
     assert progress.load(ROOT, learner)["lang"] == "es"
-    lab.predict("dead-config", learner, lang="en")  # a later --lang does not switch the notebook
+    experiment.predict("dead-config", learner, lang="en")  # a later --lang does not switch the notebook
     assert "stays so" in capsys.readouterr().out
     text = path.read_text(encoding="utf-8")
     assert "### Por qué lo creo" in text.split("## 01-dead-config")[1] and "Why I think so" not in text
     assert progress.load(ROOT, learner)["lang"] == "es"
-    lab.hint("no-cap", learner)  # the hints follow the notebook's language
+    exercises.hint("no-cap", learner)  # the hints follow the notebook's language
     assert "Pista 1 de 3" in capsys.readouterr().out

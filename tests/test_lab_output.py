@@ -10,7 +10,7 @@ import io
 from rich.console import Console
 
 from miniagent.lab.learner import notebook
-from miniagent.lab.commands import tasks as lab
+from miniagent.lab.commands import experiment, screen
 from miniagent.lab.harness.follow import Progress
 from miniagent.lab.harness.record import RunRecord
 from miniagent.lab.harness.panel import render_panel
@@ -20,7 +20,7 @@ ANSWER = "The conjugation server failed: reached max_turns=1 [stop_reason: serve
 
 def recording_console(monkeypatch) -> Console:
     console = Console(record=True, width=200, file=io.StringIO(), color_system=None)
-    monkeypatch.setattr(lab, "console", console)
+    monkeypatch.setattr(screen, "console", console)
     return console
 
 
@@ -32,7 +32,7 @@ def a_record(**extra) -> RunRecord:
 
 def test_the_report_shows_the_answer_and_the_table_unchanged(monkeypatch, tmp_path):
     console = recording_console(monkeypatch)
-    lab.report(a_record(), tmp_path / "run[1].json", tmp_path / "run[1].svg")
+    experiment.report(a_record(), tmp_path / "run[1].json", tmp_path / "run[1].svg")
     text = console.export_text()
     assert ANSWER in text
     assert "python -m x [bold]" in text and "[conjugate]" in text
@@ -59,10 +59,10 @@ def test_the_tour_table_shows_the_stop_reason_unchanged(monkeypatch):
     console = recording_console(monkeypatch)
     record = a_record().to_dict()
     record["stop_reason"] = "[max_turns]"
-    monkeypatch.setattr(lab, "_tour_runs", lambda *a: [{"id": "02-broad-catch", "llm": "llama", "real_model": True,
+    monkeypatch.setattr(experiment, "_tour_runs", lambda *a: [{"id": "02-broad-catch", "llm": "llama", "real_model": True,
                                                          "predicted": None, "record": record, "hits": 0,
                                                          "fields": 0}])
-    lab.tour()
+    experiment.tour()
     assert "[max_turns]" in console.export_text()
 
 

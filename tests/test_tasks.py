@@ -92,16 +92,18 @@ def test_a_crashed_command_is_named_once_and_clearly(capsys):
     assert err.count("CRASHED") == 1 and "Traceback" not in err
 
 
-@pytest.mark.parametrize("name, lab_function, call", [
-    ("check", "check", lambda: tasks.check(Context(), "no-cap")),
-    ("watch", "watch_tree", lambda: tasks.watch(Context(), "no-cap")),
-    ("check-breaks", "check_breaks", lambda: tasks.check_breaks(Context(), only="no-cap")),
+@pytest.mark.parametrize("name, part, lab_function, call", [
+    ("check", "exercises", "check", lambda: tasks.check(Context(), "no-cap")),
+    ("watch", "exercises", "watch_tree", lambda: tasks.watch(Context(), "no-cap")),
+    ("check-breaks", "maintainer", "check_breaks", lambda: tasks.check_breaks(Context(), only="no-cap")),
 ])
 @pytest.mark.parametrize("status", [0, 1, 2, 4, 5])
-def test_an_in_process_task_exits_with_the_status_its_check_returned(monkeypatch, name, lab_function, call, status):
-    from miniagent.lab.commands import tasks as lab
+def test_an_in_process_task_exits_with_the_status_its_check_returned(monkeypatch, name, part, lab_function, call,
+                                                                     status):
+    import importlib
 
-    monkeypatch.setattr(lab, lab_function, lambda *args, **kwargs: status)
+    monkeypatch.setattr(importlib.import_module(f"miniagent.lab.commands.{part}"), lab_function,
+                        lambda *args, **kwargs: status)
     assert exit_status(call) == status
 
 
@@ -172,10 +174,10 @@ def test_every_model_option_of_a_task_reaches_the_agents_command_line(option, mo
         words = c.commands[-1].split()
         assert words[words.index(flag) + 1] == value, c.commands[-1]
     assert str(getattr(build_parser().parse_args(["ask", "q", flag, value]), option)) == value, "the agent takes it"
-    from miniagent.lab.commands import tasks as lab
+    from miniagent.lab.commands import experiment
 
     given: dict = {}
-    monkeypatch.setattr(lab, "exp", lambda variant, **kwargs: given.update(kwargs))
+    monkeypatch.setattr(experiment, "exp", lambda variant, **kwargs: given.update(kwargs))
     exit_status(lambda: tasks.exp(Context(), "no-cap", **{option: value}))
     if option == "llm":
         assert given["llm"] == value
@@ -276,9 +278,9 @@ def test_a_learner_command_without_a_learner_asks_who_you_are(monkeypatch, tmp_p
 
 
 def test_a_crash_report_is_in_the_learners_language(monkeypatch, capsys):
-    from miniagent.lab.commands import tasks as lab
+    from miniagent.lab.commands import exercises
 
-    monkeypatch.setattr(lab, "report_lang", lambda learner=None: "es")
+    monkeypatch.setattr(exercises, "report_lang", lambda learner=None: "es")
     assert exit_status(lambda: tasks.ask(TracingContext(-signal.SIGSEGV, "x\n", 1), "q")) == 139
     assert capsys.readouterr().err.startswith("miniagent: SE HA ROTO: ")
 

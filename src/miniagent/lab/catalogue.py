@@ -158,6 +158,13 @@ class Break:
                 raise BreakError(f"{folder / 'break.toml'}: {where} needs an 'en' and an 'es' text")
             return {lang: value[lang] for lang in LANGS}
 
+        def hints(value) -> dict[str, list[str]]:
+            if not (isinstance(value, dict) and all(isinstance(value.get(lang), list) and value[lang]
+                                                    and all(isinstance(h, str) and h.strip() for h in value[lang])
+                                                    for lang in LANGS)):
+                raise BreakError(f"{folder / 'break.toml'}: hints needs a list of texts in 'en' and in 'es'")
+            return {lang: list(value[lang]) for lang in LANGS}
+
         return cls(
             id=data["id"], title=both(data["title"], "title"), removes=both(data["removes"], "removes"),
             input=run["input"], timeout_s=float(run["timeout_s"]), llm=run["llm"], real_model=run["llm"] == "llama",
@@ -167,7 +174,7 @@ class Break:
             hard_cap_s=float(run["hard_cap_s"]) if "hard_cap_s" in run else None, tests=list(data["check"]["tests"]),
             symptom={key: both(text, f"symptom.{key}") for key, text in symptom.items()},
             expect=Expect(**data["check"].get("expect", {})), hidden_cause=both(data["hidden_cause"], "hidden_cause"),
-            hints=data["hints"], folder=folder, docs=data.get("docs", {}),
+            hints=hints(data["hints"]), folder=folder, docs=data.get("docs", {}),
         )
 
 

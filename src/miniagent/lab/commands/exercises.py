@@ -1,0 +1,216 @@
+"""The exercise loop a learner works in: the catalogue, break and fix, hints, progress, next, reset, watch, check.
+
+What a learner did is kept in their ``progress.json`` (:mod:`miniagent.lab.learner.progress`); a state file the
+lab cannot read stops every command before it changes anything.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..catalogue import ALL, ROOT, Break, find, catalogue, guard_tests
+from ..learner import notebook, progress
+from ..patching import apply_to_tree, is_applied, reset_in_tree, revert_in_tree
+from . import screen
+
+
+def list_breaks() -> None:
+    screen.console.print("[bold]The break catalogue[/]: `invoke exp ALIAS` runs one, `invoke break ALIAS` applies it")
+    for brk in catalogue():
+        model = "real model" if brk.real_model else f"stand-in {brk.llm}"
+        applied = " [red](applied in your src/)[/]" if is_applied(brk) else ""
+        screen.console.print(f"  [bold]{brk.id:<20}[/] {escape(brk.title['en'])} [dim]({escape(model)})[/]{applied}",
+                      highlight=False)
+
+
+def break_tree(variant: str, learner: str | None = None) -> None:
+    brk = find(variant)
+    state_readable(learner)
+    apply_to_tree(brk)
+    _mark(learner, brk, broken_at=progress.now())
+    screen.console.print(f"[bold red]{brk.id}[/] applied to src/: {escape(brk.removes['en'])}.\n"
+                  f"Study the diff with `git diff src/`, then fix it yourself: `invoke watch {brk.alias}` runs its "
+                  f"guard tests on every save, `invoke hint {brk.alias}` gives one hint at a time. "
+                  f"`invoke fix {brk.alias}` reverts it exactly.")
+
+
+def fix_tree(variant: str, learner: str | None = None) -> None:
+    brk = find(variant)
+    state_readable(learner)
+    revert_in_tree(brk)
+    _mark(learner, brk, broken_at=None, reverted_at=progress.now())
+    screen.console.print(f"[bold green]{brk.id}[/] reverted: src/ is as before the break.")
+
+
+def state_readable(learner: str | None) -> None:
+    """Before anything else: move a notebook kept at the first layout, and refuse when the learner's
+    state file is bad (it is never overwritten)."""
+    if learner:
+        moved = notebook.migrate(ROOT, learner)
+        if moved is not None:
+            screen.console.print(f"Your notebook moved, byte for byte, from {moved.relative_to(ROOT)} to "
+                          f"{notebook.notebook_path(ROOT, learner).relative_to(ROOT)}.", markup=False, highlight=False)
+        progress.load(ROOT, learner)
+
+
+def notebook_lang(learner: str, given: str | None = None) -> str:
+    """The notebook's language: the learner's, chosen once (the first --lang given), English until then."""
+    stored = progress.load(ROOT, learner).get("lang")
+    lang = progress.learner_lang(ROOT, learner, given)  # refuses a bad --lang; remembers a first one
+    if stored and lang != stored:
+        screen.console.print(f"Your notebook is in {stored!r}; it stays so (the lab does not rewrite it). "
+                      f"To change, edit learners/{learner}/progress.json.", markup=False, highlight=False)
+    return stored or lang
+
+
+def report_lang(learner: str | None = None) -> str:
+    """The language of a report: the named (else the remembered) learner's choice, English when there is none.
+
+    A report is written after the run: a progress file that cannot be read makes it English, never a traceback."""
+    try:
+        who = learner or progress.resolve_learner(ROOT, None, required=False)
+        return progress.learner_lang(ROOT, who) if who else "en"
+    except (ValueError, progress.StateError):
+        return "en"
+
+
+def _mark(learner: str | None, brk: Break, **values) -> None:
+    if learner:
+        progress.update(ROOT, learner, lambda state: progress.break_state(state, brk.id).update(values))
+
+
+def _verified(learner: str | None, brk: Break) -> bool:
+    """After green guard tests: if you broke this break and it is no longer applied, it is fixed by you."""
+    if not learner or is_applied(brk) or not progress.load(ROOT, learner)["breaks"].get(brk.id, {}).get("broken_at"):
+        return False
+    _mark(learner, brk, fixed_at=progress.now(), broken_at=None)
+    return True
+
+
+TEXT = {
+    "en": {"hint": "Hint {n} of {total} for {id}", "more": "Run `invoke hint {alias}` again for hint {next}.",
+           "last": "That was the last hint. The hidden cause is folded on the break's page.",
+           "all_seen": "You have seen all {total} hints for {id}:",
+           "verified": "{id}: fixed and verified by you. `invoke next` shows what comes next.",
+           "intact": "{id}: src/ is already intact for this break; nothing changed.",
+           "reverted": "{id}: reverted exactly (the break was applied as it was).",
+           "merged": "{id}: its lines are intact again in {files}; your other edits stay.",
+           "backup": "Your version before the reset is saved in {backup}."},
+    "es": {"hint": "Pista {n} de {total} para {id}", "more": "Vuelve a ejecutar `invoke hint {alias}` para la pista {next}.",
+           "last": "Era la última pista. La causa oculta está plegada en la página de la avería.",
+           "all_seen": "Ya has visto las {total} pistas de {id}:",
+           "verified": "{id}: arreglada por ti y comprobada. `invoke next` te dice qué sigue.",
+           "intact": "{id}: src/ ya está intacto para esta avería; no ha cambiado nada.",
+           "reverted": "{id}: revertida exactamente (la avería estaba aplicada tal cual).",
+           "merged": "{id}: sus líneas vuelven a estar intactas en {files}; el resto de tus cambios se queda.",
+           "backup": "Tu versión de antes de restablecer está guardada en {backup}."},
+}
+
+
+def hint(variant: str, learner: str, lang: str | None = None) -> int:
+    """Show the next hint (1, then 2, then 3) and remember it; returns its number."""
+    brk = find(variant)
+    lang = progress.learner_lang(ROOT, learner, lang)
+    t = TEXT[lang]
+    hints = brk.hints.get(lang) or brk.hints["en"]
+
+    def take(state: dict) -> tuple[int, bool]:
+        b = progress.break_state(state, brk.id)
+        seen = b.get("hints") or 0
+        b["hints"] = min(seen + 1, len(hints))
+        return b["hints"], seen >= len(hints)
+
+    n, all_seen = progress.update(ROOT, learner, take)
+    if all_seen:
+        screen.console.print(t["all_seen"].format(total=len(hints), id=brk.id), style="bold", highlight=False)
+        for i, text in enumerate(hints, 1):
+            screen.console.print(f"  {i}. {text}", markup=False, highlight=False)
+        return n
+    screen.console.print(t["hint"].format(n=n, total=len(hints), id=brk.id), style="bold", highlight=False)
+    screen.console.print(f"  {hints[n - 1]}", markup=False, highlight=False)
+    again = brk.alias if lang == progress.learner_lang(ROOT, learner) else f"{brk.alias} --lang {lang}"
+    screen.console.print(t["more"].format(alias=again, next=n + 1) if n < len(hints) else t["last"],
+                  style="dim", markup=False, highlight=False)
+    return n
+
+
+def progress_report(learner: str, lang: str | None = None) -> list[progress.Row]:
+    """Every break with its state, then what to do next."""
+    lang = progress.learner_lang(ROOT, learner, lang)
+    t = progress.TEXT[lang]
+    rows = progress.rows(ROOT, learner, lang)
+    table = Table(title=t["title"].format(learner=learner), title_justify="left")
+    for i, column in enumerate(t["cols"]):
+        table.add_column(column, no_wrap=i == 0)
+    for r in rows:
+        predicted = t["unreadable"] if r.predicted is None else t["yes"] if r.predicted else t["no"]
+        runs = f"{r.runs} ({r.hits}/{r.fields})" if r.runs and r.fields else str(r.runs) if r.runs else t["no"]
+        broken = t["now"] if r.applied else t["yes"] if r.broken else t["no"]
+        cells = [r.break_id, predicted, runs, broken, t["yes"] if r.fixed else t["no"], f"{r.hints}/{r.hints_total}"]
+        table.add_row(*(Text(c) for c in cells), style="green" if r.fixed else "red" if r.applied else None)
+    screen.console.print(table)
+    for line in progress.next_steps(ROOT, learner, progress.next_row(rows), lang):
+        screen.console.print(line, markup=False, highlight=False)
+    return rows
+
+
+def next_break(learner: str, lang: str | None = None) -> progress.Row | None:
+    """The break to work on now, and the commands for it."""
+    lang = progress.learner_lang(ROOT, learner, lang)
+    row = progress.next_row(progress.rows(ROOT, learner, lang))
+    for line in progress.next_steps(ROOT, learner, row, lang):
+        screen.console.print(line, markup=False, highlight=False)
+    return row
+
+
+def reset_tree(variant: str, learner: str | None = None, lang: str | None = None) -> None:
+    """Back to the intact source for one break only; anything replaced is saved first."""
+    brk = find(variant)
+    state_readable(learner)
+    lang = progress.learner_lang(ROOT, learner, lang) if learner else (lang or "en")
+    t = TEXT[lang]
+    result = reset_in_tree(brk)
+    if result.how != "intact":
+        _mark(learner, brk, broken_at=None, reverted_at=progress.now())
+    screen.console.print(t[result.how].format(id=brk.id, files=", ".join(result.files)), markup=False, highlight=False)
+    if result.backup:
+        screen.console.print(t["backup"].format(backup=result.backup), markup=False, highlight=False)
+
+
+def watch_tree(variant: str, learner: str | None = None, lang: str | None = None, max_runs: int | None = None) -> int:
+    """``invoke watch``: the guard tests on every save; green after you broke it marks it fixed."""
+    from .watch import watch
+
+    brk = None if variant == ALL else find(variant)
+    state_readable(learner)
+    lang = progress.learner_lang(ROOT, learner, lang) if learner else (lang or "en")
+
+    def on_result(green: bool) -> None:
+        if green and brk is not None and _verified(learner, brk):
+            screen.console.print(TEXT[lang]["verified"].format(id=brk.id), style="bold green", highlight=False)
+
+    return watch(variant, ROOT, lang=lang, max_runs=max_runs, console=screen.console, on_result=on_result)
+
+
+def check(variant: str, *, dry_run: bool = False, learner: str | None = None) -> int:
+    """Run the guard tests of one break (or all of them) against the learner's own source.
+
+    ``dry_run``: only collect them (pytest --collect-only), which proves they exist, and list them.
+    Green after the learner broke this break (and it is no longer applied): fixed and verified by them.
+    """
+    tests = guard_tests(variant)
+    state_readable(learner)
+    mode = ["--collect-only"] if dry_run else ["--timeout", "60"]
+    code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *mode, *tests],
+                          cwd=ROOT).returncode
+    if code == 0 and not dry_run and variant != ALL:
+        brk = find(variant)
+        if _verified(learner, brk):
+            lang = progress.learner_lang(ROOT, learner)
+            screen.console.print(TEXT[lang]["verified"].format(id=brk.id), style="bold green", highlight=False)
+    return code

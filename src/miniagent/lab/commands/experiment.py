@@ -1,0 +1,246 @@
+"""The experiment: hypothesis -> method -> rollback, always in that order; and the tour of every break.
+
+The learner's prediction is read, the variant runs from a throwaway copy of the source under the harness, the
+copy is deleted whatever happened, and the observation is printed beside the prediction and appended to the
+notes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..catalogue import ROOT, Break, catalogue, find
+from ..harness.charts import save_record
+from ..harness.crash import short as crash_short
+from ..harness.record import RunRecord, crash_note, deadline_note, machine_note
+from ..harness.run import run_experiment
+from ..learner import notebook, progress
+from ..patching import agent_command, make_sandbox
+from . import screen
+from .exercises import notebook_lang, report_lang, state_readable
+
+BASELINE = "baseline"
+RUNS = ROOT / "runs"
+
+
+PREDICT_TEXT = {
+    "en": {"added": "Added a prediction section for {id} to {path}.\n"
+                    "Fill in the values, say why, then run `invoke exp {alias} --learner {learner}`.",
+           "exists": "You already have a prediction section for {id} in {path}; edit it there."},
+    "es": {"added": "Sección de predicción para {id} añadida a {path}.\n"
+                    "Rellena los valores, explica por qué y después ejecuta `invoke exp {alias} --learner {learner}`.",
+           "exists": "Ya tienes una sección de predicción para {id} en {path}; edítala ahí."},
+}
+
+
+def predict(variant: str, learner: str, lang: str | None = None) -> None:
+    brk = find(variant)
+    state_readable(learner)
+    lang = notebook_lang(learner, lang)
+    path, created = notebook.add_prediction(ROOT, learner, brk.id, brk.title.get(lang) or brk.title["en"], lang)
+    text = PREDICT_TEXT[lang]["added" if created else "exists"]
+    screen.console.print(text.format(id=brk.id, path=path.relative_to(ROOT), alias=brk.alias, learner=learner),
+                  markup=False, highlight=False)
+
+
+def _resolve(variant: str) -> Break | None:
+    return None if variant == BASELINE else find(variant)
+
+
+def exp(variant: str, *, question: str | None = None, timeout: float | None = None, llm: str | None = None,
+        learner: str | None = None, live: bool = True, as_json: bool = False, flags: list[str] | None = None,
+        runs_dir: Path = RUNS, model_flags: list[str] | None = None) -> RunRecord | None:
+    """Run a break (or the baseline); ``model_flags`` (``--decode greedy``, ``--openai-base-url URL``...) go
+    to the run after the break's own flags."""
+    brk = _resolve(variant)
+    variant_id = brk.id if brk else BASELINE
+    # Hypothesis: a learner who names themselves predicts first.
+    prediction = None
+    if learner and brk is not None:
+        state_readable(learner)  # a bad progress file stops the run before it starts, not after
+        prediction = notebook.read_prediction(ROOT, learner, brk.id)
+        if prediction is None:
+            screen.console.print(notebook.how_to_predict(brk.id, learner, notebook_lang(learner)), markup=False,
+                          highlight=False)
+            return None
+    question = question or (brk.input if brk else "What is the present perfect of would for you?")
+    timeout = timeout or (brk.timeout_s if brk else 30.0)
+    llm = llm or (brk.llm if brk else "llama")
+    run_flags = (flags if flags is not None else (brk.flags if brk else [])) + list(model_flags or [])
+    # Method: run the variant from a throwaway copy; rollback: delete the copy, always.
+    sandbox = make_sandbox(brk)
+    try:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        if not as_json:
+            needs = f", needs {escape(str(brk.needs))}" if brk and brk.needs else ""
+            screen.console.print(f"[bold]{variant_id}[/] with {escape(llm)} on {escape(repr(question))}, timeout {timeout:g} s "
+                          f"from the loop's start{needs} (source copy: {escape(str(sandbox))})")
+        # The timeout counts from the loop's start, and a break's run goes on until it has reached the
+        # broken code (its needs) or the hard cap: a busy machine slows the run, it must not skip the lesson.
+        record = run_experiment(agent_command(question, sandbox / "trace.jsonl", llm=llm, flags=run_flags),
+                                timeout=timeout, trace_path=sandbox / "trace.jsonl",
+                                env={"PYTHONPATH": str(sandbox / "src")}, cwd=sandbox, live=live and not as_json,
+                                clock="loop", needs=brk.needs if brk else None,
+                                hard_cap=brk.hard_cap_s if brk else None)
+        if brk is not None and _own_setup(brk, question, llm, run_flags) and record.needs_met is not False:
+            record.expect_failures = brk.expect.failures(record.to_dict())
+        json_path, svg_path = save_record(record, runs_dir / variant_id, title=f"{variant_id} — {llm}")
+        trace_copy = json_path.with_name(json_path.stem + "-trace.jsonl")
+        if (sandbox / "trace.jsonl").is_file():  # keep the full trace beside the record
+            shutil.copy(sandbox / "trace.jsonl", trace_copy)
+            record.trace_path = str(trace_copy)
+            json_path.write_text(json.dumps(record.to_dict(), indent=2), encoding="utf-8")
+    finally:
+        shutil.rmtree(sandbox, ignore_errors=True)
+    if as_json:
+        print(json.dumps({**record.to_dict(), "variant": variant_id, "llm": llm, "json_path": str(json_path),
+                          "svg_path": str(svg_path)}))
+    else:
+        report(record, json_path, svg_path, brk, learner if prediction is not None else None,
+               lang=report_lang(learner))
+    if prediction is not None and brk is not None and learner:
+        rows = notebook.compare(prediction, record.to_dict())
+        lang = notebook_lang(learner)
+        screen.console.print(notebook.render_comparison(rows, lang))
+        path = notebook.append_observation(ROOT, learner, brk.id, record.to_dict(), rows, json_path, svg_path,
+                                           when=stamp, lang=lang)
+        screen.console.print(f"Observation appended to {path.relative_to(ROOT)}.")
+        scored = [r.hit for r in rows if r.hit is not None]
+        if scored:
+            progress.update(ROOT, learner, lambda state: _count_run(progress.break_state(state, brk.id), scored))
+    return record
+
+
+def _count_run(state: dict, scored: list[bool]) -> None:
+    state.update(runs=(state.get("runs") or 0) + 1, hits=sum(scored), fields=len(scored))
+
+
+def _own_setup(brk: Break, question: str, llm: str, flags: list[str]) -> bool:
+    """The break runs as its break.toml says (its symptom is only promised for that)."""
+    return question == brk.input and llm in (brk.llm, brk.ci_llm) and list(flags) == brk.flags
+
+
+def verdict(brk: Break | None, record: RunRecord, learner: str | None = None,
+            lang: str = "en") -> list[tuple[str, str]]:
+    """(style, sentence) pairs after the table: the deadline, the machine, whether the break showed its symptom.
+
+    A run that died of a signal gets the crash report alone: it says nothing about the break, and the
+    machine's load is not its cause (see :mod:`miniagent.lab.harness.crash`)."""
+    crashed = crash_note(record, lang)
+    if crashed:
+        return [("bold red", crashed[0]), *(("red", line) for line in crashed[1:])]
+    out = []
+    note = deadline_note(record)
+    if note:
+        out.append(("dim", note))
+    busy = machine_note(record)
+    if busy:
+        out.append(("yellow", busy))
+    if brk is None:
+        return out
+    rerun = f"`invoke exp {brk.alias}" + (f" --learner {learner}`" if learner else "`")
+    if record.needs_met is False:
+        needs = ", ".join(f"{n} {key.replace('_', ' ')}" for key, n in brk.needs.items())
+        got = ", ".join(f"{getattr(record, key)} {key.replace('_', ' ')}" for key in brk.needs)
+        why = "the machine was busy" if record.machine_busy else "the run ended first"
+        out.append(("bold yellow", f"NOT EXERCISED: this run never reached the broken code. The break needs "
+                                   f"{needs} before its timeout may end it; this run had {got} ({why}). "
+                                   f"It says nothing about the break, and nothing was scored. Run it again: "
+                                   f"{rerun}" + (", when the machine is quieter." if record.machine_busy else ".")))
+    elif record.expect_failures:
+        out.append(("bold red", f"The break's symptom did not show ({brk.expect.describe()}): "
+                                f"{'; '.join(record.expect_failures)}."
+                                + (" The machine was busy, which may be the reason: run it again when it is "
+                                   f"quieter ({rerun})." if record.machine_busy else "")))
+    elif record.expect_failures == []:
+        out.append(("green", f"The break's symptom showed: {brk.expect.describe()}."))
+    return out
+
+
+def report(record: RunRecord, json_path: Path, svg_path: Path, brk: Break | None = None,
+           learner: str | None = None, lang: str = "en") -> None:
+    table = Table(show_header=False, title="observed")
+    rows = [
+        ("outcome", record.outcome), ("stop reason", str(record.stop_reason)),
+        ("wall", f"{record.wall_s:.1f} s (timeout {record.timeout:g} s"
+                 + (f" from the loop's start at {record.loop_start_s:.1f} s)" if record.clock == "loop"
+                    and record.loop_start_s is not None else ")")),
+        ("CPU mean / max", f"{record.cpu_mean:.0f} % / {record.cpu_max:.0f} % (100 % = one core)"),
+        ("tool calls", f"{record.tool_calls} {record.tool_calls_by_tool or ''}"),
+        ("identical calls", str(record.identical_calls)), ("tool errors", str(record.tool_errors)),
+        ("turns", str(record.turns)),
+        ("processes left", ", ".join(f"{p['pid']} {p['cmdline'][:60]}" for p in record.processes_left) or "0"),
+        ("other programs", f"{record.other_cpu_mean:.0f} % CPU mean, {record.other_cpu_max:.0f} % max"
+                           f" ({record.cpus} usable CPUs, load average {record.load_avg_start} -> "
+                           f"{record.load_avg_end})" + (": BUSY MACHINE" if record.machine_busy else "")),
+    ]
+    if record.kill_latency_s is not None:
+        rows.append(("killed", f"{record.kill_latency_s:+.2f} s after the deadline"))
+    for key, value in rows:
+        table.add_row(key, Text(value))  # Text: an answer's "[stop_reason: ...]" is not markup
+    screen.console.print(table)
+    if record.answer:
+        screen.console.print(f"[bold]answer:[/] {escape(record.answer)}", highlight=False)
+    if record.scratchpad_tail:
+        screen.console.print("[bold]last lines of the scratchpad:[/]")
+        for line in record.scratchpad_tail:
+            screen.console.print(f"  {line}", markup=False, highlight=False)
+    shown = json_path.relative_to(ROOT) if json_path.is_relative_to(ROOT) else json_path
+    for style, sentence in verdict(brk, record, learner, lang):
+        screen.console.print(Text(sentence, style=style))
+    screen.console.print(f"saved: {shown} and {svg_path.name}", markup=False, highlight=False)
+
+
+def tour(learner: str | None = None, *, as_json: bool = False, llm: str | None = None) -> list[dict]:
+    """Run every break (predictions first when a learner is named), then one summary table."""
+    state_readable(learner)  # a bad progress file stops the tour before its first run, not after the last
+    screen.console.quiet = as_json  # with --json, stdout carries the JSON and nothing else
+    try:
+        results = _tour_runs(learner, as_json, llm)
+    finally:
+        screen.console.quiet = False
+    if as_json:
+        print(json.dumps(results))
+        return results
+    table = Table(title="failure-mode tour")
+    for column in ("break", "model", "predicted outcome", "observed", "hit/miss"):
+        table.add_column(column)
+    for r in results:
+        rec = r["record"] or {}
+        predicted = (r["predicted"] or {}).get("outcome") or "-"
+        observed = f"{rec.get('outcome')} / {rec.get('stop_reason')} / cpu {rec.get('cpu_mean', 0):.0f} %"
+        score = f"{r['hits']}/{r['fields']} fields" if r["fields"] else "no prediction"
+        if rec.get("signal"):
+            score = crash_short(rec["signal"]) + ": see lab 02"
+        elif rec and not notebook.exercised(rec):
+            score = "not exercised: run it again"
+        elif rec.get("machine_busy"):
+            score += " (busy machine)"
+        table.add_row(*(Text(cell) for cell in (r["id"], r["llm"], str(predicted), observed, score)))
+    screen.console.print(table)
+    return results
+
+
+def _tour_runs(learner: str | None, as_json: bool, llm: str | None) -> list[dict]:
+    results = []
+    for brk in catalogue():
+        screen.console.rule(escape(f"{brk.id}: {brk.title['en']}"))
+        prediction = notebook.read_prediction(ROOT, learner, brk.id) if learner else None
+        if learner and prediction is None:
+            screen.console.print(f"(no prediction for {brk.id} in your notes: `invoke predict {brk.alias} "
+                          f"--learner {learner}` first to be scored)")
+        record = exp(brk.alias, learner=learner if prediction and not as_json else None, live=not as_json, llm=llm)
+        rows = notebook.compare(prediction, record.to_dict()) if prediction and record else []
+        hits = [r.hit for r in rows if r.hit is not None]
+        results.append({"id": brk.id, "llm": llm or brk.llm, "real_model": (llm or brk.llm) == "llama",
+                        "predicted": prediction, "record": record.to_dict() if record else None,
+                        "hits": sum(hits), "fields": len(hits),
+                        "exercised": notebook.exercised(record.to_dict()) if record else None})
+    return results

@@ -1,0 +1,260 @@
+"""The maintainers' checks: every break caught and reverted (``check-breaks``), and the docs' measured results.
+
+A check that cannot fail is the fault this lab teaches, so each one judges pytest's exit status exactly
+(:func:`judge_pytest`) and says when it is the check, not the code, that is broken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator
+
+from rich.markup import escape
+
+from ..catalogue import ROOT, Break, catalogue, find
+from ..harness.process_tree import spinning_core
+from ..harness.record import RunRecord, crash_note, summary
+from ..harness.run import run_experiment
+from ..patching import agent_command, source_digest
+from . import screen
+from .counterexamples import property_tests
+from .experiment import BASELINE, exp
+
+
+def check_breaks(*, use_ci_models: bool = True, only: str | None = None, under_load: bool = False,
+                 root: Path = ROOT) -> int:
+    """Maintainer check: every break applies, is caught by its guard tests, shows its symptom, reverts exactly.
+
+    First, every test a break names must exist and pass on the intact source; then each break must make its
+    guard tests, and separately its property tests, *fail* (pytest exit 1). Any other exit status is a
+    problem of the check itself, reported as such (see :func:`judge_pytest`).
+    ``under_load``: another process keeps one core busy for the whole check (started here, always
+    reaped here), and each run must still show its symptom, and its record must say the machine was busy.
+    """
+    failures: list[str] = []
+    original = source_digest(root / "src")
+    selected = [find(only, root)] if only else catalogue(root)  # an unknown name is refused, never "all ok"
+    with (busy_core() if under_load else contextlib.nullcontext()):
+        intact = _named_tests_on_intact_source(selected, root)
+        for brk in selected:
+            problems, record = intact.get(brk.id) or _check_one(brk, use_ci_models, under_load, root)
+            status = "[green]ok[/]" if not problems else "[red]FAIL[/] " + escape("; ".join(problems))
+            shown = f" [dim]({escape(summary(record))})[/]" if record is not None else ""
+            screen.console.print(f"{brk.id}: {status}{shown}")
+            failures += [f"{brk.id}: {p}" for p in problems]
+    if source_digest(root / "src") != original:
+        failures.append("the check changed src/")
+    screen.console.print(f"{len(failures)} problem(s)" if failures else "every break is caught and reverts cleanly")
+    return 1 if failures else 0
+
+
+# What pytest's exit status means (pytest.ExitCode): only 1 says that tests ran and some failed.
+PYTEST_EXIT = {0: "every test passed", 1: "tests failed", 2: "interrupted", 3: "pytest's internal error",
+               4: "a usage error, e.g. a test id that does not exist", 5: "no test was collected"}
+
+
+def judge_pytest(proc: subprocess.CompletedProcess, what: str) -> str | None:
+    """None when ``what`` (run against a broken copy) failed as it must: pytest exit 1; else the problem.
+
+    Exit 0 means the break is not caught; 2-5 mean the check did not test anything, and say so."""
+    if proc.returncode == 1:
+        return None
+    if proc.returncode == 0:
+        return f"{what} pass with the break applied: the break is not caught"
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()][-3:]
+    return (f"the check is broken: {what} exited {proc.returncode} "
+            f"({PYTEST_EXIT.get(proc.returncode, 'not an exit status of pytest')}): {' | '.join(said)}")
+
+
+def _pytest(work: Path, tests: list[str], timeout_s: int, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout",
+                           str(timeout_s), *extra, *tests], cwd=work, capture_output=True, text=True,
+                          env={**_env(), "PYTHONPATH": str(work / "src")})
+
+
+def _work_copy(root: Path, prefix: str) -> Path:
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    shutil.copytree(root / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(root / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(root / "pyproject.toml", work / "pyproject.toml")  # markers and test paths
+    return work
+
+
+def _named_tests_on_intact_source(breaks: list[Break], root: Path) -> dict[str, tuple[list[str], None]]:
+    """{break id: (problems, None)} for the breaks whose named tests do not exist, or fail on the intact source.
+
+    One pytest run of every named test: each must be collected and pass, or "caught" would mean nothing."""
+    named = list(dict.fromkeys(t for brk in breaks for t in brk.tests))
+    work = _work_copy(root, "miniagent-check-intact-")
+    try:
+        proc = _pytest(work, named, 120, "-rfE")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if proc.returncode == 0:
+        return {}
+    out = proc.stdout + proc.stderr
+    missing = set(re.findall(r"not found: (?:\S*/)?(tests/\S+?)(?:\s|$)", out))
+    failed = set(re.findall(r"^(?:FAILED|ERROR) (tests/\S+?)(?: - |\s|$)", out, re.M))
+    problems: dict[str, tuple[list[str], None]] = {}
+    for brk in breaks:
+        said = [f"its test {t} does not exist (pytest: not found)" for t in brk.tests if t in missing]
+        said += [f"its test {t} fails on the intact source" for t in brk.tests
+                 if any(f == t or f.startswith(t + "[") for f in failed)]
+        if said:
+            problems[brk.id] = (said, None)
+    if not problems:  # the run failed and named no test of ours: report it as it is
+        problems = {brk.id: ([judge_pytest(proc, "the named tests on the intact source")], None) for brk in breaks}
+    return problems
+
+
+@contextlib.contextmanager
+def busy_core() -> Iterator[subprocess.Popen]:
+    """Another program spinning on one core for as long as the block runs; killed and reaped afterwards."""
+    with spinning_core() as spinner:
+        screen.console.print(f"[yellow]under load[/]: pid {spinner.pid} keeps one core busy during the check")
+        yield spinner
+
+
+def _check_one(brk: Break, use_ci_models: bool, under_load: bool = False,
+               root: Path = ROOT) -> tuple[list[str], RunRecord | None]:
+    problems = []
+    record = None
+    work = _work_copy(root, f"miniagent-check-{brk.id}-")
+    try:
+        before = source_digest(work / "src")
+        env = {"PYTHONPATH": str(work / "src")}
+        # 1. the patch applies to the current source
+        applied = subprocess.run(["git", "apply", str(brk.patch)], cwd=work, capture_output=True, text=True)
+        if applied.returncode != 0:
+            return [f"patch does not apply: {applied.stderr.strip()}"], None
+        # 2. its guard tests catch it: they must fail against the broken copy (pytest exit 1, nothing else)
+        problems += filter(None, [judge_pytest(_pytest(work, brk.tests, 40, "-x"), "the guard tests")])
+        # 2b. and so do its property tests on their own (generated worlds, not hand-picked ones)
+        properties = property_tests(brk)
+        if properties:
+            problems += filter(None, [judge_pytest(_pytest(work, properties, 120, "-x"), "the property tests")])
+        else:
+            problems.append("no property test is named in [check] tests")
+        # 3. the harness observes the declared symptom
+        record = run_experiment(agent_command(brk.input, work / "trace.jsonl",
+                                              llm=brk.ci_llm if use_ci_models else brk.llm, flags=brk.flags),
+                                timeout=brk.timeout_s, trace_path=work / "trace.jsonl", env=env, cwd=work,
+                                live=False, clock="loop", needs=brk.needs, hard_cap=brk.hard_cap_s)
+        if record.signal:
+            problems.append("; ".join(crash_note(record)))
+        elif record.needs_met is False:
+            problems.append(f"not exercised: needs {brk.needs}, the run ended before ({summary(record)})")
+        else:
+            problems += [f"symptom: {p}" for p in brk.expect.failures(record.to_dict())]
+        if under_load and not record.machine_busy:
+            problems.append(f"the record does not say the machine was busy (other programs "
+                            f"{record.other_cpu_mean:.0f} %)")
+        if record.processes_left and not brk.expect.processes_left_min:
+            problems.append(f"left processes behind: {record.processes_left}")
+        if not record.cleanup_ok:
+            problems.append("the harness could not clean up the process tree")
+        # 4. the revert restores every file byte for byte
+        reverted = subprocess.run(["git", "apply", "--reverse", str(brk.patch)], cwd=work, capture_output=True,
+                                  text=True)
+        if reverted.returncode != 0 or source_digest(work / "src") != before:
+            problems.append("the revert does not restore the source byte for byte")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return problems, record
+
+
+RESULT_KEYS = ("outcome", "stop_reason", "wall_s", "kill_latency_s", "cpu_mean", "cpu_max", "rss_max_mb", "tool_calls",
+               "tool_calls_by_tool", "identical_calls", "tool_errors", "turns", "final_answer", "processes_left",
+               "started_at", "other_cpu_mean", "machine_busy", "loop_start_s", "deadline_s", "timeout", "samples")
+
+
+def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -> None:
+    """Run each break and its fixed twin (same model, input and flags) and keep what the docs show.
+
+    ``<results_dir>/<id>.json``: both runs' measured figures and CPU samples; the docs hook turns
+    them into each page's table, in the page's language.  ``<assets_dir>/<id>.svg`` and
+    ``<id>.es.svg``: the CPU chart in English and in Spanish (broken above, fixed below), drawn
+    from the same JSON (``invoke docs-charts`` redraws them).  Nothing here is typed by hand.
+    """
+    results_dir.mkdir(parents=True, exist_ok=True)
+    assets_dir.mkdir(parents=True, exist_ok=True)
+    for brk in catalogue():
+        if only and brk.id != find(only).id:
+            continue
+        screen.console.rule(brk.id)
+        broken = exp(brk.alias, live=False)
+        fixed = exp(BASELINE, question=brk.input, timeout=brk.timeout_s, llm=brk.llm, flags=brk.flags, live=False)
+        data = {"id": brk.id, "llm": brk.llm, "real_model": brk.real_model,
+                "measured_at": broken.started_at[:16], "cores": os_cores(), "timeout_s": brk.timeout_s,
+                "input": brk.input, "flags": list(brk.flags),
+                "broken": {k: v for k, v in broken.to_dict().items() if k in RESULT_KEYS},
+                "fixed": {k: v for k, v in fixed.to_dict().items() if k in RESULT_KEYS}}
+        (results_dir / f"{brk.id}.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                                                    encoding="utf-8")
+        _draw_charts(data, assets_dir)
+    if only is None:
+        _write_eval_results(results_dir)
+
+
+def _draw_charts(data: dict, assets_dir: Path) -> list[Path]:
+    from ..harness.record import records_from_results
+    from ..harness.charts import write_docs_charts
+
+    broken, fixed = records_from_results(data)
+    return write_docs_charts(broken, fixed, data["id"], assets_dir)
+
+
+def docs_charts(results_dir: Path, assets_dir: Path) -> list[Path]:
+    """Redraw every break's docs chart (both languages) from its measured JSON; nothing is run."""
+    written = []
+    for path in sorted(results_dir.glob("[0-9][0-9]-*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if "broken" in data and "samples" in data["broken"]:
+            written += _draw_charts(data, assets_dir)
+    return written
+
+
+def _write_eval_results(results_dir: Path) -> None:
+    """Lab 01's figures, strictly scored: calibrated scoring on every set, plain greedy decoding on the public one.
+
+    ``fresh.jsonl`` was written before the prompt and the calibration were tuned
+    for issue 7 and is measured only here, never used to choose a setting.
+    """
+    from ...agent.config import load_config
+    from ..evaluation import load_eval_set, run_eval
+
+    lines = ["| set · conjunto | decoding · decodificación | strict accuracy · acierto estricto | "
+             "stop reasons · motivos | p50 s | p95 s | total s |", "|---|---|---|---|---|---|---|"]
+    runs = [("eval.jsonl", "public · público", "scored"), ("eval.jsonl", "public · público", "greedy"),
+            ("heldout.jsonl", "old held-out · antiguo reservado", "scored"),
+            ("fresh.jsonl", "fresh · nuevo", "scored")]
+    for name, label, decode in runs:
+        items = load_eval_set(ROOT / "labs" / "01-tutor-end-to-end" / name)
+        screen.console.print(f"eval {name} {decode}")
+        r = run_eval(items, load_config(env={}, cli={"decode": decode}))
+        lines.append(f"| `{name}` ({label}) | `{decode}` | {r['correct']}/{r['n']} = {r['accuracy']:.1%} | "
+                     f"{r['stop_reasons']} | {r['latency_p50_s']:.2f} | {r['latency_p95_s']:.2f} | "
+                     f"{r['total_s']:.1f} |")
+        (results_dir / f"eval-{name.removesuffix('.jsonl')}-{decode}.json").write_text(
+            json.dumps(r, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    stamp = datetime.now().strftime("%Y-%m-%d %H:%M")
+    lines = [f"Measured by `invoke docs-results` · medido con `invoke docs-results`: {stamp}, {os_cores()} cores, "
+             "Gemma 3 270M (Q4_K_M).", ""] + lines
+    (results_dir / "eval.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def os_cores() -> int:
+    return os.cpu_count() or 0
+
+
+def _env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
