@@ -130,7 +130,8 @@ class GeneratedModel:
         self.pieces: list[str] = []
 
     def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
-                    partial: str = "", timeout_s: float | None = None, final: bool = False) -> ModelReply:
+                    partial: str = "", timeout_s: float | None = None, final: bool = False,
+                    grounds: object = None) -> ModelReply:
         if len(self.calls) >= RUNAWAY_CALLS:
             raise Runaway(f"the model was called {RUNAWAY_CALLS} times")
         if not partial:  # a new reply (a continuation passes the text so far)

@@ -125,3 +125,37 @@ def test_a_long_scratchpad_keeps_the_question_and_whole_pairs(session):
     assert body and [line[:3] for line in body] == ["A: ", "O: "] * (len(body) // 2), "pairs out of step"
     assert body[-1].endswith("(attempt 119)"), "the newest step is kept"
     assert len(session.model.rt.tokenize(text)) <= session.model.rt.n_ctx - len(session.model.header_tokens)
+
+
+@pytest.mark.parametrize("decode", ["scored", "greedy"])
+def test_the_real_decoder_is_offered_only_the_grounded_options_and_answers_with_the_result(decode):
+    """The model reads "for I" as "it" on its own (lab 01's table, grounding off); grounded, it cannot, in either
+    decoding, and its answer is the tool's result word for word."""
+    outcome, events, proc = ask("What is the past simple of fly for I?", "--decode", decode)
+    assert proc.returncode == 0 and outcome["stop_reason"] == "answered"
+    grounding = [e["narrowed"] for e in events if e["event"] == "guard" and e["name"] == "grounding"]
+    assert grounding[0] == {"person": ["I"], "tense": ["past simple"], "verb": ["fly"]}
+    calls = [e["args"] for e in events if e["event"] == "tool_call"]
+    assert calls[0] == {"verb": "fly", "tense": "past simple", "person": "I"}
+    assert outcome["answer"] == "I flew"
+
+
+def test_the_real_scored_decoder_weighs_a_grounded_subset_against_the_same_prior():
+    """Three persons left (a grammar-book label): the calibration's prior is the full one, indexed."""
+    from miniagent.agent.actions import parse_action
+    from miniagent.agent.config import load_config
+    from miniagent.agent.grounding import Grounds
+    from miniagent.agent.ports import Entry
+    from miniagent.models import make_backend, threads_for
+
+    config = load_config(env={}, cli={})
+    backend = make_backend(config, threads_for(config))
+    try:
+        grounds = Grounds(persons=("he", "she", "it"), tenses=("present perfect",), verbs=("do",))
+        reply = backend.next_action([Entry("question", "Third person singular of 'do' in the present perfect?")],
+                                    first_turn=True, grounds=grounds)
+        action = parse_action(reply.text, first_turn=True)
+        assert action.args["person"] in ("he", "she", "it")
+        assert (action.args["verb"], action.args["tense"]) == ("do", "present perfect")
+    finally:
+        backend.close()

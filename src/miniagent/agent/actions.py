@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .grammar import TENSES
 from .errors import Recoverable
+from .grounding import Grounds
 
 # The pronoun a question names is the person the tool needs; "you" covers
 # both second persons because English conjugates them alike.
@@ -51,7 +52,8 @@ _ANSWER = {
 NEXT_ACTION_SCHEMA: dict = {"title": "NextAction", "anyOf": [_CONJUGATE, _LIST_TENSES, _ANSWER]}
 
 
-def schema_for_turn(first_turn: bool, may_answer: bool | None = None, final: bool = False) -> dict:
+def schema_for_turn(first_turn: bool, may_answer: bool | None = None, final: bool = False,
+                    grounds: Grounds | None = None) -> dict:
     """The schema in force for this turn.
 
     The tutor grounds every answer in the tool: it may answer only when its
@@ -59,18 +61,19 @@ def schema_for_turn(first_turn: bool, may_answer: bool | None = None, final: boo
     is none, and after a tool error there is none either, so the ``answer``
     branch is removed from the grammar itself (not checked after the fact).
     Only the first turn may declare a plan.  The final round, after a limit,
-    is the opposite: the answer is the only branch left.
+    is the opposite: the answer is the only branch left.  ``grounds`` narrows the arguments and the answer to
+    what the user's words decide (see :mod:`miniagent.agent.grounding`).
     """
     schema = copy.deepcopy(NEXT_ACTION_SCHEMA)
     if final:
         schema["anyOf"] = [b for b in schema["anyOf"] if "answer" in b["properties"]]
-        return schema
-    may_answer = (not first_turn) if may_answer is None else may_answer
-    if not may_answer:
-        schema["anyOf"] = [b for b in schema["anyOf"] if "answer" not in b["properties"]]
-    if not first_turn:
-        del schema["anyOf"][0]["properties"]["steps"]
-    return schema
+    else:
+        may_answer = (not first_turn) if may_answer is None else may_answer
+        if not may_answer:
+            schema["anyOf"] = [b for b in schema["anyOf"] if "answer" not in b["properties"]]
+        if not first_turn:
+            del schema["anyOf"][0]["properties"]["steps"]
+    return grounds.apply(schema) if grounds else schema
 
 
 class InvalidAction(Recoverable, ValueError):

@@ -42,6 +42,9 @@ class TutorConfig:
     # After a turn cap, tool-call cap, plan budget or stuck stop: one last model call that may only answer,
     # shown to the user as an unconfirmed answer next to the fallback (smolagents and CrewAI do the same).
     final_answer_round: bool = True
+    # Argument grounding: where the question names the person, the tense or the verb, the model may only choose
+    # what it names, and after a conjugate result its answer is that result (agent/grounding.py; break 15).
+    ground_arguments: bool = True
     # Experiment (off): end every observation with the turns left, as smolagents and LangGraph's RemainingSteps
     # tell their models. docs/labs/04 measures what it changes for this model.
     remaining_budget_notice: bool = False

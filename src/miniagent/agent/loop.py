@@ -20,6 +20,7 @@ from .ports import Backend, Entry, ModelReply, Tools
 from .config import TutorConfig
 from .errors import (CallBudgetExhausted, Cancelled, InvalidInput, ModelFailed, ModelTimeout, Recoverable, ServerFailed,
                      StuckLoop, Terminal, ToolCallCapHit, TurnCapHit, WallClockExceeded)
+from .grounding import ArgumentGrounding
 from .guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, ModelClock, StuckDetector,
                      TokenBudget,
                      ToolCallCap, TurnCap, WallClock)
@@ -101,11 +102,13 @@ class GrammarTutor:
             self.model = ModelClock(model, config.model_wall_clock_s, self.clock)
         self.tokens = TokenBudget(config.max_run_tokens)
         self.cancelled = CancelCheck(cancel)
+        self.grounding = ArgumentGrounding(config.ground_arguments)
 
     def run(self, question: str) -> Outcome:
         self.trace.emit("run_start", question=question, llm=getattr(self.model, "name", "?"),
                         config=self.config.as_dict())
         self.scratchpad = [Entry("question", question)]
+        self.grounding.start(question)
         try:
             check_input(question, self.config.max_input_chars)
             while True:
@@ -170,9 +173,13 @@ class GrammarTutor:
 
     def model_reply(self, first_turn: bool, partial: str, final: bool = False) -> ModelReply:
         """One call to the model, given what is left of the run's time (like a tool call)."""
+        grounds = self.grounding.for_turn()
+        if grounds is not None and not partial:
+            self.trace.emit("guard", name="grounding", narrowed=grounds.narrowed())
         try:
             reply = self.model.next_action(self.scratchpad, first_turn=first_turn, may_answer=self.grounded,
-                                           partial=partial, timeout_s=self.clock.time_left(), final=final)
+                                           partial=partial, timeout_s=self.clock.time_left(), final=final,
+                                           grounds=grounds)
         except ModelTimeout:
             raise WallClockExceeded(f"the model was still replying when wall_clock_s={self.config.wall_clock_s:g}"
                                     " ran out") from None
@@ -194,6 +201,7 @@ class GrammarTutor:
         if earlier is not None:
             self.trace.emit("guard", name="dedup", tool=action.tool, args=action.args)
             self.stuck.record(key, earlier)  # a repeat that dedup answers is still a repeat
+            self.grounding.saw_result(action.tool, earlier)
             return f"{earlier} {DEDUP_NUDGE}"
         self.call_cap.check(sum(self.stats.tool_calls.values()) - self.stats.forced_calls)
         self.stats.tool_calls[action.tool] += 1
@@ -207,6 +215,7 @@ class GrammarTutor:
             self.trace.emit("tool_error", tool=action.tool, error=self.stats.last_tool_error)
             observation = f"error: {err}"
             self.stuck.record(key, observation)  # before the breaker's discovery, which is not the tool's answer
+            self.grounding.saw_error(observation)
             if self.breaker.record(ok=False):
                 self.trace.emit("guard", name="failure_breaker", after=self.config.max_consecutive_failures)
                 observation += "\n" + self.discover()
@@ -214,6 +223,7 @@ class GrammarTutor:
         self.breaker.record(ok=True)
         self.dedup.remember(key, result)
         self.trace.emit("tool_result", tool=action.tool, result=result)
+        self.grounding.saw_result(action.tool, result)
         self.stuck.record(key, result)
         return result
 

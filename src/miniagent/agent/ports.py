@@ -8,7 +8,10 @@ run one call and return its result or raise a ``Recoverable`` error.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .grounding import Grounds
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,13 @@ class Backend(Protocol):
     name: str
 
     def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
-                    partial: str = "", timeout_s: float | None = None, final: bool = False) -> ModelReply:
-        """Return the next action, following ``schema_for_turn(first_turn, may_answer, final)``.
+                    partial: str = "", timeout_s: float | None = None, final: bool = False,
+                    grounds: Grounds | None = None) -> ModelReply:
+        """Return the next action, following ``schema_for_turn(first_turn, may_answer, final, grounds)``.
 
         ``partial`` is the truncated text of this turn to continue from.
         ``final`` is the round after a limit: only an answer may follow.
+        ``grounds``: the arguments (and the answer) the user's words decide; a decoder offers only those.
         ``timeout_s`` is the time this reply may take (what is left of the run):
         past it the backend stops working and raises ``ModelTimeout``.
         A reply the backend cannot use raises ``ModelFailed``."""

@@ -31,7 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..agent.actions import schema_for_turn
+from ..agent.actions import PERSON_CHOICES, schema_for_turn
+from ..agent.grammar import TENSES
+from ..agent.grounding import Grounds
 from ..agent.ports import Entry, ModelReply
 from .llama_params import AmxChoice
 from .llama_runtime import KVRuntime, Weights
@@ -43,6 +45,7 @@ from .prompt import CONTENT_FREE_QUESTION, HEADER, NEXT_ACTION, render
 # tense and three quarters for the person were the best on the public and the
 # old held-out set together, with the prompt's person hint (issue 7).
 CALIBRATION = {"tense": 0.5, "person": 0.75}
+UNIVERSE = {"tense": TENSES, "person": PERSON_CHOICES}  # every option of a calibrated field
 CONTEXT_MARGIN = 160  # room for the action being decoded and the options being scored
 
 
@@ -88,7 +91,8 @@ class LlamaBackend:
 
     # --- the backend protocol ----------------------------------------------------------
     def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
-                    partial: str = "", timeout_s: float | None = None, final: bool = False) -> ModelReply:
+                    partial: str = "", timeout_s: float | None = None, final: bool = False,
+                    grounds: Grounds | None = None) -> ModelReply:
         started = time.perf_counter()
         evaluated_before = self.rt.evaluated
         self.rt.deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -96,12 +100,13 @@ class LlamaBackend:
             prompt = self._prompt_text(scratchpad)
             self.rt.sync(self._tokens(prompt + partial))
             prompt_tokens = self.rt.evaluated - evaluated_before
+            schema = schema_for_turn(first_turn, may_answer, final, grounds)
             if self.decode == "greedy":
-                text, finished = self._greedy(prompt, schema_for_turn(first_turn, may_answer, final), partial)
+                text, finished = self._greedy(prompt, schema, partial)
             elif partial:
                 text, finished = self._continue_answer(prompt + partial)
             else:
-                text, finished = self._scored(prompt, schema_for_turn(first_turn, may_answer, final))
+                text, finished = self._scored(prompt, schema)
         finally:
             self.rt.deadline = None
         completion_tokens = len(self.rt.tokenize(text)) if text else 0
@@ -156,22 +161,28 @@ class LlamaBackend:
         # The close mark is scored too ("present perfect" must not win over "present perfect
         # continuous"), written as in the examples: '",' is one token, '"' then ',' is not.
         close = ('"' if quoted else "") + close
+        if quoted:  # an option is written as JSON string content (a grounded answer may hold any character)
+            options = [json.dumps(o, ensure_ascii=False)[1:-1] for o in options]
+        if len(options) == 1:  # grounding left one option: nothing to weigh
+            return options[0] + ('"' if quoted else "")
         scores = self.rt.score(self._tokens(prefix), [self.rt.tokenize(o + close) for o in options])
         if CALIBRATION.get(field):
             scores = scores - CALIBRATION[field] * self._prior(field, prefix, options, close)
         return options[int(np.argmax(scores))] + ('"' if quoted else "")
 
     def _prior(self, field: str, prefix: str, options: list[str], close: str) -> np.ndarray:
-        """Each option's log-probability after a content-free question (computed once per close mark)."""
+        """Each option's log-probability after a content-free question (computed once per close mark, over all
+        of the field's options, so that a grounded turn weighs its few options against the same prior)."""
+        every = list(UNIVERSE[field])
         key = f"{field}{close}"  # "person" closes with '",' on turn 1 (steps follow), '"}' later
         if key not in self._calibration:
             action_so_far = prefix[prefix.rindex(NEXT_ACTION):]
             neutral = render([Entry("question", CONTENT_FREE_QUESTION)]) + action_so_far
             neutral = _neutralise(neutral)
             self._calibration[key] = self.rt.score(self._tokens(neutral),
-                                                   [self.rt.tokenize(o + close) for o in options])
+                                                   [self.rt.tokenize(o + close) for o in every])
             self._save_priors()
-        return self._calibration[key]
+        return self._calibration[key][[every.index(o) for o in options]]
 
     # The priors depend only on the model, the prompt and this code: computing them costs the first
     # turn of every process ~0.5 s, so they are kept on disk like the prompt cache.

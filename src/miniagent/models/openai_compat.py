@@ -52,6 +52,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..agent.actions import schema_for_turn
+from ..agent.grounding import Grounds
 from ..agent.errors import ModelFailed, ModelTimeout
 from ..agent.ports import Entry, ModelReply
 from .llama import LlamaBackend
@@ -420,25 +421,27 @@ class OpenAIBackend(LlamaBackend):
         return path.with_name(f"priors-openai-{key}.npz")
 
     def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
-                    partial: str = "", timeout_s: float | None = None, final: bool = False) -> ModelReply:
+                    partial: str = "", timeout_s: float | None = None, final: bool = False,
+                    grounds: Grounds | None = None) -> ModelReply:
         if self.rt.startup_failure:  # no run can start on a server that did not answer
             raise ModelFailed(self.rt.startup_failure)
         if timeout_s is not None and timeout_s <= 0:
             raise ModelTimeout("no time left for a model call")
         if self.decode == "greedy":
-            return self._chat_action(scratchpad, first_turn, may_answer, partial, timeout_s, final)
+            return self._chat_action(scratchpad, first_turn, may_answer, partial, timeout_s, final, grounds)
         return super().next_action(scratchpad, first_turn=first_turn, may_answer=may_answer, partial=partial,
-                                   timeout_s=timeout_s, final=final)
+                                   timeout_s=timeout_s, final=final, grounds=grounds)
 
     # --- greedy: the chat endpoint and the server's JSON mode ---------------------------------
-    def _format(self, kind: str, first_turn: bool, may_answer: bool | None, final: bool = False) -> dict:
-        schema = schema_for_turn(first_turn, may_answer, final)
+    def _format(self, kind: str, first_turn: bool, may_answer: bool | None, final: bool = False,
+                grounds: Grounds | None = None) -> dict:
+        schema = schema_for_turn(first_turn, may_answer, final, grounds)
         if kind == "json_object":
             return {"type": "json_object", "schema": schema}
         return {"type": "json_schema", "json_schema": {"name": "next_action", "schema": schema, "strict": True}}
 
     def _chat_action(self, scratchpad: list[Entry], first_turn: bool, may_answer: bool | None, partial: str,
-                     timeout_s: float | None, final: bool = False) -> ModelReply:
+                     timeout_s: float | None, final: bool = False, grounds: Grounds | None = None) -> ModelReply:
         user = render(scratchpad) + "What is the next action (A:)?"
         if partial:
             user += f"\nYour reply was cut off after: {partial}\nWrite only the rest of it."
@@ -447,7 +450,7 @@ class OpenAIBackend(LlamaBackend):
         started = time.perf_counter()
 
         def ask(kind: str | None) -> tuple[str, str, dict]:
-            fmt = self._format(kind, first_turn, may_answer, final) if kind else None
+            fmt = self._format(kind, first_turn, may_answer, final, grounds) if kind else None
             return self.server.chat(messages, self.max_action_tokens, fmt, deadline)
 
         if partial:  # a continuation is a fragment, not a whole action

@@ -11,7 +11,8 @@ import json
 import re
 import time
 
-from ..agent.actions import PERSON_CHOICES
+from ..agent.actions import PERSON_CHOICES, schema_for_turn
+from ..agent.grounding import Grounds
 from ..agent.grammar import TENSES
 from ..agent.ports import Entry, ModelReply
 
@@ -25,6 +26,9 @@ BEHAVIOURS = {
     "alternator": "never satisfied: two conjugate calls taking turns (A, B, A, B...), never answers",
     "knowall": "answers from memory (a made-up regular form) whenever the schema lets it answer; calls the tool only when it must",
     "garbler": "never gives a valid action (like a backend without a grammar): broken JSON, unknown tools, bad fields",
+    "literal": "a decoder that reads nothing: takes the first option of every choice its turn's schema offers "
+               "(first tense, first person, first verb offered, else 'go'), and answers with the first answer "
+               "offered, else with the result in view",
 }
 
 # Behaviours that play a model whose replies a grammar cannot shape: the rambler's answer never ends, the
@@ -55,10 +59,15 @@ class ScriptedBackend:
             raise ValueError(f"unknown scripted behaviour {behaviour!r}; choose from {', '.join(BEHAVIOURS)}")
         self.behaviour = behaviour
         self.name = f"scripted:{behaviour}"
+        self.grounds: Grounds | None = None
+        self.may_answer = False
 
     def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
-                    partial: str = "", timeout_s: float | None = None, final: bool = False) -> ModelReply:
+                    partial: str = "", timeout_s: float | None = None, final: bool = False,
+                    grounds: Grounds | None = None) -> ModelReply:
+        # ``grounds`` narrows what a decoder is offered; of the stand-ins only the literal one decodes a schema.
         started = time.perf_counter()
+        self.grounds = grounds
         self.may_answer = (not first_turn) if may_answer is None else may_answer  # what the turn's schema allows
         if final and self.behaviour not in UNCONSTRAINED:
             text, finish = self._final(scratchpad)
@@ -139,6 +148,17 @@ class ScriptedBackend:
             json.dumps({"tool": "conjugate", **call, "tense": "yesterday"}),  # a tense that does not exist
         ]
         return garbles[turn % len(garbles)], "stop"
+
+    def _literal(self, pad, first_turn, partial):
+        schema = schema_for_turn(first_turn, self.may_answer, False, self.grounds)
+        branches = {"answer" if "answer" in b["properties"] else b["properties"]["tool"]["const"]: b["properties"]
+                    for b in schema["anyOf"]}
+        if "answer" in branches and pad[-1].role == "observation":
+            offered = branches["answer"].get("enum")
+            return self._answer(offered[0] if offered else pad[-1].text.split(" (", 1)[0])
+        call = branches["conjugate"]
+        return self._call({"verb": call["verb"].get("enum", ["go"])[0], "tense": call["tense"]["enum"][0],
+                           "person": call["person"]["enum"][0]})
 
     def _planner(self, pad, first_turn, partial):
         verbs = ["be", "have", "go"]
