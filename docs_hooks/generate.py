@@ -58,6 +58,9 @@ BEHAVIOURS_ES = {
                "a la herramienta cuando no le queda otra",
     "garbler": "nunca da una acción válida, como un modelo sin gramática: JSON roto, herramientas que no existen, "
                "campos erróneos",
+    "literal": "un decodificador que no lee nada: toma la primera opción de cada elección que le ofrece el esquema "
+               "de su turno (el primer tiempo, la primera persona, el primer verbo ofrecido o, si no hay, 'go') y "
+               "responde con la primera respuesta ofrecida o, si no hay, con el resultado que tiene delante",
 }
 
 TEXT = {

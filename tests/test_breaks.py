@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = ["00-no-cap", "01-dead-config", "02-broad-catch", "03-no-dedup", "04-no-breaker", "05-no-tool-timeout",
             "06-no-wall-clock", "07-endless-continue", "08-silent-cap", "09-orphan-server",
             "10-no-token-budget", "11-no-format-breaker", "12-no-stuck-detector",
-            "13-final-round-offers-tools", "14-ungrounded-answer"]
+            "13-final-round-offers-tools", "14-ungrounded-answer", "15-ungrounded-arguments"]
 
 
 def test_the_catalogue_has_every_break_with_complete_metadata():
@@ -299,3 +299,13 @@ def test_a_break_missing_a_spanish_text_is_refused_by_the_catalogue_and_by_the_d
         Break.load(folder)
     with pytest.raises(BreakError, match=names):
         generate(tmp_path)
+
+
+@pytest.mark.parametrize("answer, fails", [("it flew", False), ("I flew", True), ("I  flew.", True), ("i flew", True),
+                                           ("I flew, I think", False), ("", False)])
+def test_the_answer_expectation_fails_only_when_the_answer_is_the_right_one(answer, fails):
+    from miniagent.lab.catalogue import Expect
+
+    failures = Expect(answer_not="I flew").failures({"answer": answer})
+    assert failures == (["the answer is 'I flew', the right one"] if fails else [])
+    assert Expect(answer_not="I flew").describe() == "answer_not I flew"

@@ -59,6 +59,8 @@ class Expect:
     answer_empty: bool | None = None
     final_answer_given: bool | None = None
     wall_s_min: float | None = None
+    # The answer is not this one, the right answer to the break's question (break 15: a wrong person or tense).
+    answer_not: str | None = None
 
     def describe(self) -> str:
         """What is checked, in one line: "outcome timeout, processes_left >= 1"."""
@@ -108,6 +110,9 @@ class Expect:
         if self.final_answer_given is not None:
             given = bool((record.get("final_answer") or "").strip())
             need(given == self.final_answer_given, f"final answer given is {given}, expected {self.final_answer_given}")
+        if self.answer_not is not None:
+            said = " ".join((record.get("answer") or "").lower().strip().rstrip(".").split())
+            need(said != self.answer_not.lower(), f"the answer is {self.answer_not!r}, the right one")
         if self.wall_s_min is not None:
             need(record["wall_s"] >= self.wall_s_min, f"wall_s {record['wall_s']:.1f} < {self.wall_s_min}")
         return out

@@ -224,27 +224,33 @@ def docs_charts(results_dir: Path, assets_dir: Path) -> list[Path]:
 
 
 def _write_eval_results(results_dir: Path) -> None:
-    """Lab 01's figures, strictly scored: calibrated scoring on every set, plain greedy decoding on the public one.
+    """Lab 01's figures, strictly scored: every set with argument grounding off (before) and on (after, the
+    default), and plain greedy decoding on the public set.
 
-    ``fresh.jsonl`` was written before the prompt and the calibration were tuned
-    for issue 7 and is measured only here, never used to choose a setting.
+    ``fresh.jsonl`` was written before the prompt and the calibration were tuned for issue 7, and
+    ``unseen.jsonl`` before argument grounding was written (issue 23); both are measured only here, never
+    used to choose a setting.
     """
     from ...agent.config import load_config
     from ..evaluation import load_eval_set, run_eval
 
-    lines = ["| set · conjunto | decoding · decodificación | strict accuracy · acierto estricto | "
-             "stop reasons · motivos | p50 s | p95 s | total s |", "|---|---|---|---|---|---|---|"]
-    runs = [("eval.jsonl", "public · público", "scored"), ("eval.jsonl", "public · público", "greedy"),
-            ("heldout.jsonl", "old held-out · antiguo reservado", "scored"),
-            ("fresh.jsonl", "fresh · nuevo", "scored")]
-    for name, label, decode in runs:
+    lines = ["| set · conjunto | decoding · decodificación | grounding · anclaje | strict accuracy · acierto estricto "
+             "| stop reasons · motivos | p50 s | p95 s | total s |", "|---|---|---|---|---|---|---|---|"]
+    runs = [("eval.jsonl", "public · público", "scored", False), ("eval.jsonl", "public · público", "scored", True),
+            ("eval.jsonl", "public · público", "greedy", True),
+            ("heldout.jsonl", "old held-out · antiguo reservado", "scored", False),
+            ("heldout.jsonl", "old held-out · antiguo reservado", "scored", True),
+            ("fresh.jsonl", "fresh · nuevo", "scored", False), ("fresh.jsonl", "fresh · nuevo", "scored", True),
+            ("unseen.jsonl", "unseen · inédito", "scored", False), ("unseen.jsonl", "unseen · inédito", "scored", True)]
+    for name, label, decode, grounded in runs:
         items = load_eval_set(ROOT / "labs" / "01-tutor-end-to-end" / name)
-        screen.console.print(f"eval {name} {decode}")
-        r = run_eval(items, load_config(env={}, cli={"decode": decode}))
-        lines.append(f"| `{name}` ({label}) | `{decode}` | {r['correct']}/{r['n']} = {r['accuracy']:.1%} | "
-                     f"{r['stop_reasons']} | {r['latency_p50_s']:.2f} | {r['latency_p95_s']:.2f} | "
+        grounding = "on" if grounded else "off"
+        screen.console.print(f"eval {name} {decode}, grounding {grounding}")
+        r = run_eval(items, load_config(env={}, cli={"decode": decode, "ground_arguments": grounded}))
+        lines.append(f"| `{name}` ({label}) | `{decode}` | {grounding} | {r['correct']}/{r['n']} = {r['accuracy']:.1%} "
+                     f"| {r['stop_reasons']} | {r['latency_p50_s']:.2f} | {r['latency_p95_s']:.2f} | "
                      f"{r['total_s']:.1f} |")
-        (results_dir / f"eval-{name.removesuffix('.jsonl')}-{decode}.json").write_text(
+        (results_dir / f"eval-{name.removesuffix('.jsonl')}-{decode}-grounding-{grounding}.json").write_text(
             json.dumps(r, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     stamp = datetime.now().strftime("%Y-%m-%d %H:%M")
     lines = [f"Measured by `invoke docs-results` · medido con `invoke docs-results`: {stamp}, {os_cores()} cores, "
