@@ -411,9 +411,10 @@ def mutants(c, max_children=2, wing=None):
     "model": "GGUF the server loads (and the learners' tokenizer)",
     "save": "also write docs_results/class-load-NAME.json and its tables (.md, .es.md) for the docs",
     "json": "print the report as JSON",
+    "grounding": "argument grounding in the learners' runs (default on; --no-grounding: the loop without it)",
 })
 def class_load(c, learners="1,4,8,16", base_url=None, questions_each=None, wall_clock_s=None,  # noqa: A002
-               model_wall_clock_s=None, set=None, model=None, save=None, json=False):
+               model_wall_clock_s=None, set=None, model=None, save=None, json=False, grounding=True):
     """A class on one model server: N learners run the eval at once; throughput, turn latency, guard stops."""
     import json as json_module
 
@@ -426,6 +427,8 @@ def class_load(c, learners="1,4,8,16", base_url=None, questions_each=None, wall_
                 if v is not None}
     if model:
         settings["model"] = model
+    if not grounding:
+        settings["ground_arguments"] = False
     sizes = [int(n) for n in str(learners).split(",") if n.strip()]
 
     def show(level):

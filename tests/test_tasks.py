@@ -310,3 +310,14 @@ def test_a_process_a_mutation_run_left_behind_is_killed_and_named(tmp_path):
         for proc in (inside, outside):
             proc.kill()
             proc.wait(timeout=5)
+
+
+@pytest.mark.parametrize("flag, settings", [({}, {}), ({"grounding": False}, {"ground_arguments": False})])
+def test_class_load_passes_no_grounding_to_every_learner(monkeypatch, flag, settings):
+    from miniagent.lab.commands import classload
+
+    given = {}
+    monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: given.update(kw) or {"levels": []})
+    monkeypatch.setattr(classload, "markdown", lambda report: "")
+    assert exit_status(lambda: tasks.class_load(Context(), learners="1", **flag)) == 0
+    assert given["settings"] == settings
