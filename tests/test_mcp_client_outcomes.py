@@ -97,18 +97,19 @@ def test_a_call_with_no_time_left_is_refused_before_anything_is_sent(wired, time
     assert made == []
 
 
+async def unanswered(abandoned: threading.Event) -> None:
+    """A request the server never answers; ``abandoned`` is set when the client cancels it."""
+    try:
+        await never()
+    except asyncio.CancelledError:
+        abandoned.set()
+        raise
+
+
 def test_a_call_unanswered_in_time_is_a_timeout_that_abandons_the_request_and_marks_the_server_wedged(wired):
     abandoned = threading.Event()
-
-    async def unanswered():
-        try:
-            await never()
-        except asyncio.CancelledError:
-            abandoned.set()
-            raise
-
     with pytest.raises(ToolTimeout) as timed_out:
-        wired.client._submit(lambda session: unanswered(), "conjugate", 0.2)
+        wired.client._submit(lambda session: unanswered(abandoned), "conjugate", 0.2)
     assert str(timed_out.value) == "conjugate: no answer within 0.2 s"
     assert wired.conn.unanswered is True  # close() then gives the server no grace
     assert abandoned.wait(BOUND)
@@ -236,19 +237,12 @@ def test_an_error_from_the_connection_says_who_broke_it(wired, code, server_dies
 def test_ctrl_c_while_waiting_abandons_the_request_and_marks_the_server_wedged(wired, monkeypatch):
     abandoned = threading.Event()
 
-    async def waited_on():
-        try:
-            await never()
-        except asyncio.CancelledError:
-            abandoned.set()
-            raise
-
     def interrupted(future, timeout):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(mcp_client, "wait_result", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        wired.client._submit(lambda session: waited_on(), "conjugate", None)
+        wired.client._submit(lambda session: unanswered(abandoned), "conjugate", None)
     assert wired.conn.unanswered is True
     assert abandoned.wait(BOUND)
 
