@@ -321,3 +321,15 @@ def test_class_load_passes_no_grounding_to_every_learner(monkeypatch, flag, sett
     monkeypatch.setattr(classload, "markdown", lambda report: "")
     assert exit_status(lambda: tasks.class_load(Context(), learners="1", **flag)) == 0
     assert given["settings"] == settings
+
+
+def test_every_test_file_is_run_by_a_mutation_wing_or_says_why_not():
+    """Found when two new test files of the tools wing were in no wing: mutmut never ran them, and the wing's
+    survivors were the very mutants they kill."""
+    from miniagent.lab.commands.mutants import NO_WING, WINGS
+
+    files = {path.stem for path in (ROOT / "tests").glob("test_*.py")}
+    named = {test for _paths, tests in WINGS.values() for test in tests}
+    assert files - named - set(NO_WING) == set(), "a test file no wing runs and NO_WING does not explain"
+    assert named | set(NO_WING) <= files, "a wing or NO_WING names a test file that does not exist"
+    assert not named & set(NO_WING)
