@@ -460,3 +460,22 @@ def test_a_second_ctrl_c_while_closing_still_stops_the_server(wired):
     with pytest.raises(KeyboardInterrupt):
         wired.client._disconnect(wired.conn)
     assert wired.child.returncode == -signal.SIGTERM
+
+
+def test_a_session_thread_that_never_unwinds_does_not_hold_a_broken_call_past_its_bound(wired, monkeypatch):
+    monkeypatch.setattr(mcp_client, "UNWIND_TIMEOUT", 0.1)
+
+    async def closed():  # the connection closes under the call; the session thread never finishes unwinding
+        raise MCPError(CONNECTION_CLOSED, "gone")
+
+    said: list[str] = []
+
+    def call() -> None:
+        with pytest.raises(ServerFailed) as failed:
+            wired.client._submit(lambda session: closed(), "conjugate", None)
+        said.append(str(failed.value))
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(BOUND)
+    assert said == ["the MCP server connection broke during conjugate: gone"], "the call waited without a bound"
