@@ -4,14 +4,11 @@ and :func:`save_record`, a run's JSON record beside its chart."""
 from __future__ import annotations
 
 import math
-import os
 from datetime import datetime
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from .record import RunRecord
-
-CORES = os.cpu_count() or 1
+from .record import CORES, RunRecord
 
 
 # One panel is as wide as the docs' text column (about 690 px), so the browser draws it at about its

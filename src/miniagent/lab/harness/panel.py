@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 from .follow import Progress
-from .record import BUSY_OTHERS
+from .record import BUSY_OTHERS, CORES
 
 SPARK = "▁▂▃▄▅▆▇█"
-CORES = os.cpu_count() or 1
 
 
 def sparkline(values: list[float], top: float = 100.0 * CORES) -> str:
