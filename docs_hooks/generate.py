@@ -38,7 +38,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from miniagent.lab.catalogue import LANGS, Break
+from miniagent.lab.catalogue import LANGS, Break, alias_of, number_of
 
 log = logging.getLogger("mkdocs.hooks.generate")
 
@@ -233,14 +233,6 @@ def _code(text: str) -> str:
     fence = "``" if "`" in text else "`"
     pad = " " if fence == "``" else ""
     return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def _number(break_id: str) -> str:
-    return break_id.split("-", 1)[0]
-
-
-def _alias(break_id: str) -> str:
-    return break_id.split("-", 1)[1] if "-" in break_id else break_id
 
 
 def _symptom_fragment(brk: Break, lang: str) -> str:
@@ -456,7 +448,7 @@ def generate(root: Path) -> list[Path]:
             for lang in LANGS:
                 missing = TEXT[lang]["missing"].format(id=folder.name)
                 files[f"title.{lang}.md"] = "# " + TEXT[lang]["heading"].format(
-                    num=_number(folder.name), title=_alias(folder.name)) + "\n"
+                    num=number_of(folder.name), title=alias_of(folder.name)) + "\n"
                 for name in ("cause", "hints", "model", "run"):
                     files[f"{name}.{lang}.md"] = missing
             files["symptom.md"] = TEXT["en"]["missing"].format(id=folder.name)
@@ -467,7 +459,7 @@ def generate(root: Path) -> list[Path]:
             entries.append((folder.name, brk))
             for lang in LANGS:
                 files[f"title.{lang}.md"] = "# " + TEXT[lang]["heading"].format(
-                    num=_number(folder.name), title=brk.title[lang]) + "\n"
+                    num=number_of(folder.name), title=brk.title[lang]) + "\n"
                 files[f"cause.{lang}.md"] = brk.hidden_cause[lang] + "\n"
                 files[f"hints.{lang}.md"] = _hints_fragment(brk, lang)
                 files[f"model.{lang}.md"] = _model_fragment(brk, lang, behaviours_en)

@@ -22,7 +22,7 @@ from miniagent.lab.commands import experiment
 from miniagent.lab.catalogue import find
 from miniagent.lab.harness.record import crash_note, machine_note, summary
 from miniagent.lab.harness.run import run_experiment
-from miniagent.lab.learner.notebook import compare
+from miniagent.lab.learner.scoring import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What is the past simple of go for she?"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from miniagent.lab.learner import notebook, progress
+from miniagent.lab.learner import notebook, paths, progress
 from miniagent.lab.commands import exercises, experiment
 from miniagent.lab.catalogue import find
 from miniagent.lab.patching import apply_to_tree, is_applied, reset_in_tree
@@ -299,7 +299,7 @@ def test_watch_stops_after_max_runs(tree, capsys):
 
 def test_the_notebook_language_is_chosen_once(learner, capsys):
     experiment.predict("no-cap", learner, lang="es")
-    path = notebook.notebook_path(ROOT, learner)
+    path = paths.notebook_path(ROOT, learner)
     assert path.read_text(encoding="utf-8").startswith("# Mis predicciones para las averías")
     assert "## 00-no-cap — Agente sin terminación" in path.read_text(encoding="utf-8")
     assert "Sección de predicción para 00-no-cap añadida" in capsys.readouterr().out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from rich.console import Console
 
-from miniagent.lab.learner import notebook
+from miniagent.lab.learner import scoring
 from miniagent.lab.commands import experiment, screen
 from miniagent.lab.harness.follow import Progress
 from miniagent.lab.harness.record import RunRecord
@@ -48,9 +48,9 @@ def test_the_live_panel_shows_the_last_action_unchanged():
 
 
 def test_the_comparison_table_shows_values_unchanged():
-    rows = [notebook.Row("outcome", "[timeout]", "fallback", False, "exact [strict]")]
+    rows = [scoring.Row("outcome", "[timeout]", "fallback", False, "exact [strict]")]
     console = Console(record=True, width=120, file=io.StringIO(), color_system=None)
-    console.print(notebook.render_comparison(rows))
+    console.print(scoring.render_comparison(rows))
     text = console.export_text()
     assert "[timeout]" in text and "exact [strict]" in text
 

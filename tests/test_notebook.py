@@ -7,16 +7,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from miniagent.lab.learner.notebook import (
-    PredictionError,
-    add_prediction,
-    append_observation,
-    compare,
-    how_to_predict,
-    notebook_path,
-    read_prediction,
-    render_comparison,
-)
+from miniagent.lab.learner.notebook import PredictionError, add_prediction, append_observation, how_to_predict, read_prediction
+from miniagent.lab.learner.paths import notebook_path
+from miniagent.lab.learner.scoring import compare, render_comparison
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -288,7 +281,7 @@ def test_an_exercised_run_is_scored_even_on_a_busy_machine(tmp_path):
 # --------------------------------------------------------------------------
 
 def test_a_notebook_at_the_first_layout_moves_byte_for_byte(tmp_path):
-    from miniagent.lab.learner.notebook import MigrationError, OLD_RELPATH, migrate
+    from miniagent.lab.learner.paths import MigrationError, OLD_RELPATH, migrate
 
     folder = tmp_path / "learners" / "bea"
     old = folder / OLD_RELPATH
@@ -314,7 +307,7 @@ def test_a_notebook_at_the_first_layout_moves_byte_for_byte(tmp_path):
 
 def test_the_lab_reads_a_notebook_from_the_first_layout(tmp_path):
     """Any command moves it first, so a learner's old predictions are found where they were."""
-    from miniagent.lab.learner.notebook import OLD_RELPATH
+    from miniagent.lab.learner.paths import OLD_RELPATH
 
     path, _ = add_prediction(tmp_path, "bea", "00-no-cap", "no caps")
     fill(path, outcome="timeout")

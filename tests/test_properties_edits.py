@@ -18,7 +18,7 @@ from pathlib import Path
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from miniagent.lab.learner import notebook
+from miniagent.lab.learner import notebook, paths, scoring
 from miniagent.lab.catalogue import BreakError, catalogue
 from miniagent.lab.patching import apply_to_tree, is_applied, revert_in_tree
 
@@ -129,7 +129,7 @@ def test_the_notebook_only_ever_grows_at_its_end(notes, crlf, variant, tmp_path_
         "es": f"Un cuaderno con las líneas {notes!r} (finales de línea {'CRLF' if crlf else 'LF'}), y después "
               f"`invoke predict` e `invoke exp` para {variant}."}, ensure_ascii=False))
     root = tmp_path_factory.mktemp("notes")
-    path = notebook.notebook_path(root, "bea")
+    path = paths.notebook_path(root, "bea")
     path.parent.mkdir(parents=True)
     original = ("\r\n" if crlf else "\n").join(notes).encode("utf-8")
     path.write_bytes(original)
@@ -142,6 +142,6 @@ def test_the_notebook_only_ever_grows_at_its_end(notes, crlf, variant, tmp_path_
         prediction = notebook.read_prediction(root, "bea", variant)
     except notebook.PredictionError:
         prediction = None  # the learner's own text made the block unreadable: it is reported, never rewritten
-    rows = notebook.compare(prediction, observed) if prediction else None
+    rows = scoring.compare(prediction, observed) if prediction else None
     notebook.append_observation(root, "bea", variant, observed, rows, None, None, "now")
     assert path.read_bytes().startswith(grown)

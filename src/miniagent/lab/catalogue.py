@@ -9,12 +9,29 @@ break's patch is :mod:`miniagent.lab.patching`'s job.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 LANGS = ("en", "es")
+
+
+# A break's id is its number and its alias: "00-no-cap". Learners type either, or the whole id.
+_ID_RE = re.compile(r"^(\d+)-(.+)$")
+
+
+def alias_of(break_id: str) -> str:
+    """``00-no-cap`` -> ``no-cap``: the short name learners type (an id without a number is its own alias)."""
+    m = _ID_RE.match(break_id)
+    return m.group(2) if m else break_id
+
+
+def number_of(break_id: str) -> str:
+    """``00-no-cap`` -> ``00`` (empty for an id without a number)."""
+    m = _ID_RE.match(break_id)
+    return m.group(1) if m else ""
 
 
 class BreakError(RuntimeError):
@@ -144,7 +161,7 @@ class Break:
 
     @property
     def alias(self) -> str:
-        return self.id.split("-", 1)[1]
+        return alias_of(self.id)
 
     @property
     def patch(self) -> Path:
@@ -191,7 +208,7 @@ def find(name: str, root: Path = ROOT) -> Break:
     """A break by id ("00-no-cap"), alias ("no-cap") or number ("00")."""
     breaks = catalogue(root)
     for brk in breaks:
-        if name in (brk.id, brk.alias, brk.id.split("-", 1)[0]):
+        if name in (brk.id, brk.alias, number_of(brk.id)):
             return brk
     names = ", ".join(b.alias for b in breaks)
     raise BreakError(f"unknown variant {name!r}; choose one of: baseline, {names}")

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-import statistics
 import sys
 import time
 from collections import Counter

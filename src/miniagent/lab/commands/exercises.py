@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..catalogue import ALL, ROOT, Break, find, catalogue, guard_tests
-from ..learner import notebook, progress
+from ..learner import paths, progress
 from ..patching import apply_to_tree, is_applied, reset_in_tree, revert_in_tree
 from . import screen
 
@@ -51,10 +51,10 @@ def state_readable(learner: str | None) -> None:
     """Before anything else: move a notebook kept at the first layout, and refuse when the learner's
     state file is bad (it is never overwritten)."""
     if learner:
-        moved = notebook.migrate(ROOT, learner)
+        moved = paths.migrate(ROOT, learner)
         if moved is not None:
             screen.console.print(f"Your notebook moved, byte for byte, from {moved.relative_to(ROOT)} to "
-                          f"{notebook.notebook_path(ROOT, learner).relative_to(ROOT)}.", markup=False, highlight=False)
+                          f"{paths.notebook_path(ROOT, learner).relative_to(ROOT)}.", markup=False, highlight=False)
         progress.load(ROOT, learner)
 
 

@@ -21,7 +21,7 @@ from ..harness.charts import save_record
 from ..harness.crash import short as crash_short
 from ..harness.record import RunRecord, crash_note, deadline_note, machine_note
 from ..harness.run import run_experiment
-from ..learner import notebook, progress
+from ..learner import notebook, progress, scoring
 from ..patching import agent_command, make_sandbox
 from . import screen
 from .exercises import notebook_lang, report_lang, state_readable
@@ -106,9 +106,9 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
         report(record, json_path, svg_path, brk, learner if prediction is not None else None,
                lang=report_lang(learner))
     if prediction is not None and brk is not None and learner:
-        rows = notebook.compare(prediction, record.to_dict())
+        rows = scoring.compare(prediction, record.to_dict())
         lang = notebook_lang(learner)
-        screen.console.print(notebook.render_comparison(rows, lang))
+        screen.console.print(scoring.render_comparison(rows, lang))
         path = notebook.append_observation(ROOT, learner, brk.id, record.to_dict(), rows, json_path, svg_path,
                                            when=stamp, lang=lang)
         screen.console.print(f"Observation appended to {path.relative_to(ROOT)}.")
@@ -219,7 +219,7 @@ def tour(learner: str | None = None, *, as_json: bool = False, llm: str | None =
         score = f"{r['hits']}/{r['fields']} fields" if r["fields"] else "no prediction"
         if rec.get("signal"):
             score = crash_short(rec["signal"]) + ": see lab 02"
-        elif rec and not notebook.exercised(rec):
+        elif rec and not scoring.exercised(rec):
             score = "not exercised: run it again"
         elif rec.get("machine_busy"):
             score += " (busy machine)"
@@ -237,10 +237,10 @@ def _tour_runs(learner: str | None, as_json: bool, llm: str | None) -> list[dict
             screen.console.print(f"(no prediction for {brk.id} in your notes: `invoke predict {brk.alias} "
                           f"--learner {learner}` first to be scored)")
         record = exp(brk.alias, learner=learner if prediction and not as_json else None, live=not as_json, llm=llm)
-        rows = notebook.compare(prediction, record.to_dict()) if prediction and record else []
+        rows = scoring.compare(prediction, record.to_dict()) if prediction and record else []
         hits = [r.hit for r in rows if r.hit is not None]
         results.append({"id": brk.id, "llm": llm or brk.llm, "real_model": (llm or brk.llm) == "llama",
                         "predicted": prediction, "record": record.to_dict() if record else None,
                         "hits": sum(hits), "fields": len(hits),
-                        "exercised": notebook.exercised(record.to_dict()) if record else None})
+                        "exercised": scoring.exercised(record.to_dict()) if record else None})
     return results

@@ -26,6 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from .paths import learner_folder, notebook_path
+
 STATE_FILE = "progress.json"
 VERSION = 1
 LANGS = ("en", "es")
@@ -52,7 +54,6 @@ def now() -> str:
 
 
 def learner_dir(root: Path, learner: str) -> Path:
-    from .notebook import learner_folder
 
     return learner_folder(root, learner)
 
@@ -144,7 +145,6 @@ def remember_learner(root: Path, learner: str) -> None:
 
 def resolve_learner(root: Path, learner: str | None, *, required: bool = True) -> str | None:
     """The learner named on the command line (remembered for next time), else the one remembered."""
-    from .notebook import learner_folder
 
     if learner:
         learner_folder(root, learner)  # a usable name, or ValueError
@@ -283,7 +283,6 @@ TEXT = {
 
 def next_steps(root: Path, learner: str, row: Row | None, lang: str) -> list[str]:
     """The sentence and commands for the next break (or the congratulation when all are done)."""
-    from .notebook import notebook_path
 
     t = TEXT[lang]
     if row is None:
