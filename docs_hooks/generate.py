@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from miniagent.lab.catalogue import LANGS, Break, alias_of, number_of
+from miniagent.lab.words import section, words
 
 log = logging.getLogger("mkdocs.hooks.generate")
 
@@ -46,96 +47,9 @@ OUT = Path("build") / "generated" / "breaks"
 
 # What the named stand-ins do (mirrors miniagent.models.scripted.BEHAVIOURS;
 # the English text is read from there when the package imports).
-BEHAVIOURS_ES = {
-    "oracle": "llama una vez a conjugate y después responde con el resultado de la herramienta",
-    "stubborn": "nunca se da por satisfecho: repite la misma llamada a conjugate y no responde nunca",
-    "wanderer": "nunca se da por satisfecho: cada turno hace una llamada a conjugate distinta y no responde nunca",
-    "clumsy": "llama con algo que no es un verbo hasta que ve la lista de tiempos, y entonces se corrige",
-    "rambler": "su respuesta no acaba nunca: todas terminan con finish_reason 'length'",
-    "planner": "declara un plan de tres verbos, conjuga cada uno y después responde",
-    "alternator": "nunca se da por satisfecho: dos llamadas a conjugate por turnos (A, B, A, B...) y no responde nunca",
-    "knowall": "responde de memoria (una forma regular inventada) siempre que el esquema se lo permite; solo llama "
-               "a la herramienta cuando no le queda otra",
-    "garbler": "nunca da una acción válida, como un modelo sin gramática: JSON roto, herramientas que no existen, "
-               "campos erróneos",
-    "literal": "un decodificador que no lee nada: toma la primera opción de cada elección que le ofrece el esquema "
-               "de su turno (el primer tiempo, la primera persona, el primer verbo ofrecido o, si no hay, 'go') y "
-               "responde con la primera respuesta ofrecida o, si no hay, con el resultado que tiene delante",
-}
+BEHAVIOURS_ES = words("es")["behaviours"]
 
-TEXT = {
-    "en": {
-        "heading": "Break {num}: {title}",
-        "hint": "Hint {n}",
-        "sym_label": {"outcome": "Outcome", "cpu": "CPU", "trace": "Trace"},
-        "sym_head": "| What you see | |",
-        "sym_fold": "What you will see (open it once you have written your prediction)",
-        "real": "**Model: the real one.** This break is reproduced with the lab's own model, Gemma 3 270M "
-                "run by llama.cpp (`--llm llama`).",
-        "stand_in": "**Model: a named stand-in, `{llm}`** ({what}). The real model does not reproduce this "
-                    "break: {why}",
-        "stand_in_nowhy": "**Model: a named stand-in, `{llm}`** ({what}).",
-        "ci": "The maintainer check (`invoke check-breaks`) runs it with `{ci}` to stay fast; "
-              "`invoke check-breaks --real` uses the model above.",
-        "run_intro": "Replace `<you>` with your name (it becomes your folder under `learners/`).",
-        "you": "<you>", "lang_flag": "",
-        "run_predict": "# 1. write your prediction first (adds a section to your notebook)",
-        "run_exp": "# 2. run the break from a sandbox copy, under the harness",
-        "run_loop": "# 3. then break your own src/ and repair it: its guard tests rerun on every save",
-        "run_hint": "# stuck? one hint at a time (1, 2, 3)",
-        "run_progress": "# where you are, and what comes next",
-        "run_table": "What `invoke exp` uses for this break (change it with `--input`, `--timeout`, `--llm`):",
-        "col_setting": "Setting", "col_value": "Value",
-        "q": "question (`--input`)", "llm": "model (`--llm`)", "flags": "extra agent flags",
-        "timeout": "harness timeout (`--timeout`), counted from the loop's start", "none": "none",
-        "needs": "what the run must show before the timeout may end it (`needs`)",
-        "cmd": "The agent command it starts inside the sandbox:",
-        "by_hand": "The same run by hand, under the harness, from your own tree (the trace goes to `runs/`). With `invoke break {alias}` applied it is the broken run; with your `src/` "
-                   "intact (or after `invoke fix {alias}`) it is the run with the guard in place:",
-        "idx_head": "| Break | Title | What it removes | Model |",
-        "idx_real": "real (Gemma 3 270M)",
-        "idx_stand": "stand-in `{llm}`",
-        "missing": "!!! failure \"No break.toml\"\n    `breaks/{id}/` has a patch but no `break.toml` yet: "
-                   "its metadata (title, run, symptom, hidden cause, hints) is missing.\n",
-    },
-    "es": {
-        "heading": "Avería {num}: {title}",
-        "hint": "Pista {n}",
-        "sym_label": {"outcome": "Resultado", "cpu": "CPU", "trace": "Traza"},
-        "sym_head": "| Lo que ves | |",
-        "sym_fold": "Lo que verás (ábrelo cuando hayas escrito tu predicción)",
-        "real": "**Modelo: el de verdad.** Esta avería se reproduce con el modelo del propio laboratorio, "
-                "Gemma 3 270M ejecutado con llama.cpp (`--llm llama`).",
-        "stand_in": "**Modelo: un sustituto programado, `{llm}`** ({what}). El modelo de verdad no "
-                    "reproduce esta avería: {why}",
-        "stand_in_nowhy": "**Modelo: un sustituto programado, `{llm}`** ({what}).",
-        "ci": "La comprobación de mantenimiento (`invoke check-breaks`) la ejecuta con `{ci}` para ir "
-              "rápido; `invoke check-breaks --real` usa el modelo de arriba.",
-        "run_intro": "Cambia `<tu-nombre>` por tu nombre (será tu carpeta dentro de `learners/`). La primera vez, "
-                     "`--lang es` crea tu cuaderno en español; después se puede omitir.",
-        "you": "<tu-nombre>", "lang_flag": " --lang es",
-        "run_predict": "# 1. primero tu predicción (añade una sección a tu cuaderno)",
-        "run_exp": "# 2. ejecuta la avería desde una copia aislada, dentro del arnés",
-        "run_loop": "# 3. después rompe tu propio src/ y arréglalo: sus pruebas se repiten en cada guardado",
-        "run_hint": "# ¿atascado? una pista cada vez (1, 2, 3)",
-        "run_progress": "# dónde estás y qué viene después",
-        "run_table": "Lo que usa `invoke exp` en esta avería (se cambia con `--input`, `--timeout`, `--llm`):",
-        "col_setting": "Ajuste", "col_value": "Valor",
-        "q": "pregunta (`--input`)", "llm": "modelo (`--llm`)", "flags": "opciones extra del agente",
-        "timeout": "tiempo límite del arnés (`--timeout`), contado desde que arranca el bucle", "none": "ninguna",
-        "needs": "lo que la ejecución tiene que mostrar antes de que el tiempo límite pueda cortarla (`needs`)",
-        "cmd": "La orden del agente que lanza dentro de la copia:",
-        "by_hand": "La misma ejecución a mano, dentro del arnés y desde tu propio árbol (la traza queda en "
-                   "`runs/`). Con `invoke break {alias}` aplicado es la ejecución "
-                   "rota; con tu `src/` intacto (o después de `invoke fix {alias}`) es la ejecución con la guarda "
-                   "en su sitio:",
-        "idx_head": "| Avería | Título | Qué quita | Modelo |",
-        "idx_real": "real (Gemma 3 270M)",
-        "idx_stand": "sustituto `{llm}`",
-        "missing": "!!! failure \"Falta break.toml\"\n    `breaks/{id}/` tiene parche pero todavía no tiene "
-                   "`break.toml`: faltan sus metadatos (título, ejecución, síntoma, causa oculta, pistas).\n",
-    },
-}
+TEXT = section("docs")
 
 
 # --------------------------------------------------------------------------
@@ -330,34 +244,7 @@ def _index_fragment(entries: list[tuple[str, Break | None]], lang: str, prefix: 
     return "\n".join(rows) + "\n"
 
 
-RESULTS = {
-    "en": {
-        "intro": "Measured by `invoke docs-results` on {when}, {cores} cores; model `{model}`{stand_in}, harness "
-                 "timeout {timeout} s, question “{input}”{flags}. Other programs on the machine: {others_b} % CPU "
-                 "during the broken run, {others_f} % during the fixed one{busy}.",
-        "stand_in": " (a stand-in)", "flags": ", flags `{flags}`", "busy": " (a busy machine: times and CPU disturbed)",
-        "head": "| | broken | fixed |",
-        "rows": ["outcome", "stop reason", "wall time (s)", "mean CPU (%)", "max CPU (%)", "max memory (MB)",
-                 "tool calls", "identical calls", "tool errors", "turns", "final-round answer", "processes left"],
-        "killed": "killed {latency} s after the deadline", "none": "—",
-        "alt": "CPU over time: the broken run above, the fixed one below",
-        "note": "The CPU samples of this chart were read back from the chart drawn at measurement time.",
-    },
-    "es": {
-        "intro": "Medido con `invoke docs-results` el {when}, {cores} núcleos; modelo `{model}`{stand_in}, tiempo "
-                 "límite del arnés {timeout} s, pregunta «{input}»{flags}. Otros programas de la máquina: {others_b} % "
-                 "de CPU durante la ejecución con la avería y {others_f} % durante la arreglada{busy}.",
-        "stand_in": " (un sustituto)", "flags": ", opciones `{flags}`",
-        "busy": " (máquina ocupada: tiempos y CPU alterados)",
-        "head": "| | con la avería | arreglada |",
-        "rows": ["resultado (`outcome`)", "motivo de parada", "tiempo total (s)", "CPU media (%)", "CPU máxima (%)",
-                 "memoria máxima (MB)", "llamadas a herramientas", "llamadas idénticas", "errores de herramienta",
-                 "turnos", "respuesta de la ronda final", "procesos vivos al acabar"],
-        "killed": "matado {latency} s después del plazo", "none": "—",
-        "alt": "CPU en el tiempo: arriba la ejecución con la avería, abajo la arreglada",
-        "note": "Las muestras de CPU de esta gráfica se han leído de la gráfica que se dibujó al medir.",
-    },
-}
+RESULTS = section("docs_results")
 
 
 def _n(value: float, lang: str, digits: int = 1) -> str:
@@ -396,12 +283,7 @@ def _results_fragment(data: dict, lang: str) -> str:
     return "\n".join(lines)
 
 
-SUMMARY = {
-    "en": {"head": "| break | model | broken | fixed | CPU % broken / fixed | processes left |",
-           "stand_in": " (stand-in)"},
-    "es": {"head": "| avería | modelo | con la avería | arreglada | % de CPU con la avería / arreglada | procesos vivos |",
-           "stand_in": " (sustituto)"},
-}
+SUMMARY = section("docs_summary")
 
 
 def _summary_fragment(results: list[dict], lang: str) -> str:

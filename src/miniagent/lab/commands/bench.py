@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..catalogue import ROOT
+from ..words import section
 
 ADVERSARIAL = "Could you conjugate eat tenderly in the sleepy tense?"  # a verb among words that are not grammar
 # On a modal verb every call fails, so only the caps end the run: that is the capped loop's way to its fallback.
@@ -238,22 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-C_TABLE = {
-    "en": {"intro": "Measured by `invoke bench --only c{flags} --save {name}` on {when}: {cores} cores, {cpu} "
-                    "({amx}). Whole processes, from start to the end of the run, median of {runs}.",
-           "amx_yes": "the CPU reports AMX", "amx_no": "no AMX",
-           "head": ("path", "AMX path", "machine", "other programs, % CPU", "wall s (median)", "min–max s", "CPU s",
-                    "goal s", "turns, stop"),
-           "idle": "idle", "busy": "one core busy", "answer": "answer", "fallback": "fallback",
-           "ok": "met", "missed": "missed"},
-    "es": {"intro": "Medido con `invoke bench --only c{flags} --save {name}` el {when}: {cores} núcleos, {cpu} "
-                    "({amx}). Procesos enteros, desde que arrancan hasta que acaba la ejecución, mediana de {runs}.",
-           "amx_yes": "la CPU declara AMX", "amx_no": "sin AMX",
-           "head": ("camino", "camino AMX", "máquina", "otros programas, % de CPU", "s de reloj (mediana)",
-                    "mín–máx s", "s de CPU", "meta s", "turnos, parada"),
-           "idle": "en reposo", "busy": "un núcleo ocupado", "answer": "respuesta", "fallback": "respaldo",
-           "ok": "cumplida", "missed": "no cumplida"},
-}
+C_TABLE = section("bench")
 
 
 def c_markdown(figures: dict, name: str, lang: str = "en") -> str:

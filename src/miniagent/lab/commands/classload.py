@@ -30,6 +30,7 @@ from pathlib import Path
 from ..evaluation import DEFAULT_SET, is_correct, load_eval_set, percentile
 from ..harness.process_tree import MachineLoad, TreeSampler, load_average
 from ...processes import signal_group
+from ..words import section
 
 LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
 
@@ -202,42 +203,7 @@ def class_load(levels: list[int], *, base_url: str | None = None, eval_set: Path
             "measured_at": time.strftime("%Y-%m-%d %H:%M")}
 
 
-TABLE = {
-    "en": {
-        "intro": "Measured by `invoke class-load` on {when}: {cpus} cores, {server}, `{eval_set}`, {share}; {settings}.",
-        "defaults": "default settings",
-        "split": "the set split among the learners",
-        "each": "{n} questions per learner",
-        "quiet": "Other programs used {others} % of one core on average during the class (1-minute load average "
-                 "before it: {before}): these figures are the class's own.",
-        "busy": "**The machine was busy**: other programs used {others} % of one core on average during the class "
-                "(1-minute load average before it: {before}, on {cpus} cores). They took CPU from the server, so "
-                "these figures are disturbed.",
-        "head": ["learners", "questions", "wall s", "answers/min", "turn p50 / p95 s", "run p50 / p95 s",
-                 "answered", "stopped by a guard", "strict accuracy"],
-        "none": "none",
-        "unsampled": "Other programs' CPU was not sampled during this class; the 1-minute load average before it was "
-                     "{before} on {cpus} cores{verdict}.",
-        "unsampled_busy": ", so these figures may be disturbed",
-    },
-    "es": {
-        "intro": "Medido con `invoke class-load` el {when}: {cpus} núcleos, {server}, `{eval_set}`, {share}; {settings}.",
-        "defaults": "valores por defecto",
-        "split": "el conjunto repartido entre los alumnos",
-        "each": "{n} preguntas por alumno",
-        "quiet": "Otros programas usaron de media un {others} % de un núcleo durante la clase (carga media de "
-                 "1 minuto antes de empezar: {before}): estas cifras son las de la clase.",
-        "busy": "**La máquina estaba ocupada**: otros programas usaron de media un {others} % de un núcleo durante "
-                "la clase (carga media de 1 minuto antes de empezar: {before}, con {cpus} núcleos). Le quitaron CPU "
-                "al servidor, así que estas cifras están alteradas.",
-        "head": ["alumnos", "preguntas", "s de reloj", "respuestas/min", "turno p50 / p95 s", "ejecución p50 / p95 s",
-                 "respondidas", "paradas por una guarda", "acierto estricto"],
-        "none": "ninguna",
-        "unsampled": "No se midió la CPU de otros programas durante esta clase; la carga media de 1 minuto antes de "
-                     "empezar era {before} con {cpus} núcleos{verdict}.",
-        "unsampled_busy": ", así que estas cifras pueden estar alteradas",
-    },
-}
+TABLE = section("class_load")
 
 
 def disturbed(report: dict) -> bool:

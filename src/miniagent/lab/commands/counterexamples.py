@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..catalogue import ROOT, Break
 from ..patching import make_sandbox
+from ..words import section
 
 NOTE = re.compile(r"counterexample-json: (\{.*\})\s*$")
 SECTION = re.compile(r"^_+ (test_\w+)(?:\[.*\])? _+$")
@@ -103,28 +104,7 @@ def find(brk: Break, root: Path = ROOT) -> list[Counterexample]:
     return out
 
 
-TEXT = {
-    "en": {
-        "intro": "Found by `invoke counterexamples` ({stamp}): hypothesis ran the property tests named in this "
-                 "break's `[check] tests` against the broken loop and shrank each failure to the smallest world "
-                 "it could find. Nothing here is typed by hand.",
-        "fails": "**{title}** (`{test}`) fails for:",
-        "error": "What the test saw: `{error}`",
-        "none": "No property test fails with this break applied: the break is caught by the other tests named "
-                "in its `[check] tests` only.",
-        "no_world": "(the test failed outside a generated world: see its output)",
-    },
-    "es": {
-        "intro": "Encontrado con `invoke counterexamples` ({stamp}): hypothesis ejecutó contra el bucle roto las "
-                 "pruebas de propiedades que nombra el `[check] tests` de esta avería y redujo cada fallo al mundo "
-                 "más pequeño que encontró. Aquí no hay nada escrito a mano.",
-        "fails": "**{title}** (`{test}`) falla con:",
-        "error": "Lo que vio la prueba: `{error}`",
-        "none": "Ninguna prueba de propiedades falla con esta avería aplicada: solo la detectan las otras pruebas "
-                "de su `[check] tests`.",
-        "no_world": "(la prueba falló fuera de un mundo generado: mira su salida)",
-    },
-}
+TEXT = section("counterexamples")
 
 
 def render(found: list[Counterexample], lang: str, stamp: str) -> str:

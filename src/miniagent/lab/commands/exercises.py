@@ -16,6 +16,7 @@ from rich.text import Text
 from ..catalogue import ALL, ROOT, Break, find, catalogue, guard_tests
 from ..learner import paths, progress
 from ..patching import apply_to_tree, is_applied, reset_in_tree, revert_in_tree
+from ..words import section
 from . import screen
 
 
@@ -92,24 +93,7 @@ def _verified(learner: str | None, brk: Break) -> bool:
     return True
 
 
-TEXT = {
-    "en": {"hint": "Hint {n} of {total} for {id}", "more": "Run `invoke hint {alias}` again for hint {next}.",
-           "last": "That was the last hint. The hidden cause is folded on the break's page.",
-           "all_seen": "You have seen all {total} hints for {id}:",
-           "verified": "{id}: fixed and verified by you. `invoke next` shows what comes next.",
-           "intact": "{id}: src/ is already intact for this break; nothing changed.",
-           "reverted": "{id}: reverted exactly (the break was applied as it was).",
-           "merged": "{id}: its lines are intact again in {files}; your other edits stay.",
-           "backup": "Your version before the reset is saved in {backup}."},
-    "es": {"hint": "Pista {n} de {total} para {id}", "more": "Vuelve a ejecutar `invoke hint {alias}` para la pista {next}.",
-           "last": "Era la última pista. La causa oculta está plegada en la página de la avería.",
-           "all_seen": "Ya has visto las {total} pistas de {id}:",
-           "verified": "{id}: arreglada por ti y comprobada. `invoke next` te dice qué sigue.",
-           "intact": "{id}: src/ ya está intacto para esta avería; no ha cambiado nada.",
-           "reverted": "{id}: revertida exactamente (la avería estaba aplicada tal cual).",
-           "merged": "{id}: sus líneas vuelven a estar intactas en {files}; el resto de tus cambios se queda.",
-           "backup": "Tu versión de antes de restablecer está guardada en {backup}."},
-}
+TEXT = section("hints")
 
 
 def hint(variant: str, learner: str, lang: str | None = None) -> int:

@@ -23,6 +23,7 @@ from ..harness.record import RunRecord, crash_note, deadline_note, machine_note
 from ..harness.run import run_experiment
 from ..learner import notebook, progress, scoring
 from ..patching import agent_command, make_sandbox
+from ..words import section, words
 from . import screen
 from .exercises import notebook_lang, report_lang, state_readable
 
@@ -30,14 +31,7 @@ BASELINE = "baseline"
 RUNS = ROOT / "runs"
 
 
-PREDICT_TEXT = {
-    "en": {"added": "Added a prediction section for {id} to {path}.\n"
-                    "Fill in the values, say why, then run `invoke exp {alias} --learner {learner}`.",
-           "exists": "You already have a prediction section for {id} in {path}; edit it there."},
-    "es": {"added": "Sección de predicción para {id} añadida a {path}.\n"
-                    "Rellena los valores, explica por qué y después ejecuta `invoke exp {alias} --learner {learner}`.",
-           "exists": "Ya tienes una sección de predicción para {id} en {path}; edítala ahí."},
-}
+PREDICT_TEXT = section("predict")
 
 
 def predict(variant: str, learner: str, lang: str | None = None) -> None:
@@ -111,7 +105,8 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
         screen.console.print(scoring.render_comparison(rows, lang))
         path = notebook.append_observation(ROOT, learner, brk.id, record.to_dict(), rows, json_path, svg_path,
                                            when=stamp, lang=lang)
-        screen.console.print(f"Observation appended to {path.relative_to(ROOT)}.")
+        screen.console.print(words(lang)["report"]["appended"].format(path=path.relative_to(ROOT)), markup=False,
+                             highlight=False)
         scored = [r.hit for r in rows if r.hit is not None]
         if scored:
             progress.update(ROOT, learner, lambda state: _count_run(progress.break_state(state, brk.id), scored))
@@ -137,65 +132,65 @@ def verdict(brk: Break | None, record: RunRecord, learner: str | None = None,
     if crashed:
         return [("bold red", crashed[0]), *(("red", line) for line in crashed[1:])]
     out = []
-    note = deadline_note(record)
+    note = deadline_note(record, lang)
     if note:
         out.append(("dim", note))
-    busy = machine_note(record)
+    busy = machine_note(record, lang)
     if busy:
         out.append(("yellow", busy))
     if brk is None:
         return out
+    t = words(lang)["verdict"]
     rerun = f"`invoke exp {brk.alias}" + (f" --learner {learner}`" if learner else "`")
     if record.needs_met is False:
         needs = ", ".join(f"{n} {key.replace('_', ' ')}" for key, n in brk.needs.items())
         got = ", ".join(f"{getattr(record, key)} {key.replace('_', ' ')}" for key in brk.needs)
-        why = "the machine was busy" if record.machine_busy else "the run ended first"
-        out.append(("bold yellow", f"NOT EXERCISED: this run never reached the broken code. The break needs "
-                                   f"{needs} before its timeout may end it; this run had {got} ({why}). "
-                                   f"It says nothing about the break, and nothing was scored. Run it again: "
-                                   f"{rerun}" + (", when the machine is quieter." if record.machine_busy else ".")))
+        out.append(("bold yellow", t["not_exercised"].format(
+            needs=needs, got=got, why=t["why_busy"] if record.machine_busy else t["why_ended"], rerun=rerun,
+            when=t["when_busy"] if record.machine_busy else t["when_plain"])))
     elif record.expect_failures:
-        out.append(("bold red", f"The break's symptom did not show ({brk.expect.describe()}): "
-                                f"{'; '.join(record.expect_failures)}."
-                                + (" The machine was busy, which may be the reason: run it again when it is "
-                                   f"quieter ({rerun})." if record.machine_busy else "")))
+        busy_tail = t["symptom_missing_busy"].format(rerun=rerun) if record.machine_busy else ""
+        out.append(("bold red", t["symptom_missing"].format(expected=brk.expect.describe(),
+                                                           failures="; ".join(record.expect_failures), busy=busy_tail)))
     elif record.expect_failures == []:
-        out.append(("green", f"The break's symptom showed: {brk.expect.describe()}."))
+        out.append(("green", t["symptom_shown"].format(expected=brk.expect.describe())))
     return out
 
 
 def report(record: RunRecord, json_path: Path, svg_path: Path, brk: Break | None = None,
            learner: str | None = None, lang: str = "en") -> None:
-    table = Table(show_header=False, title="observed")
+    t = words(lang)["report"]
+    table = Table(show_header=False, title=t["title"])
+    clock = t["from_loop"].format(start=f"{record.loop_start_s:.1f}") \
+        if record.clock == "loop" and record.loop_start_s is not None else ""
     rows = [
-        ("outcome", record.outcome), ("stop reason", str(record.stop_reason)),
-        ("wall", f"{record.wall_s:.1f} s (timeout {record.timeout:g} s"
-                 + (f" from the loop's start at {record.loop_start_s:.1f} s)" if record.clock == "loop"
-                    and record.loop_start_s is not None else ")")),
-        ("CPU mean / max", f"{record.cpu_mean:.0f} % / {record.cpu_max:.0f} % (100 % = one core)"),
-        ("tool calls", f"{record.tool_calls} {record.tool_calls_by_tool or ''}"),
-        ("identical calls", str(record.identical_calls)), ("tool errors", str(record.tool_errors)),
-        ("turns", str(record.turns)),
-        ("processes left", ", ".join(f"{p['pid']} {p['cmdline'][:60]}" for p in record.processes_left) or "0"),
-        ("other programs", f"{record.other_cpu_mean:.0f} % CPU mean, {record.other_cpu_max:.0f} % max"
-                           f" ({record.cpus} usable CPUs, load average {record.load_avg_start} -> "
-                           f"{record.load_avg_end})" + (": BUSY MACHINE" if record.machine_busy else "")),
+        (t["outcome"], record.outcome), (t["stop_reason"], str(record.stop_reason)),
+        (t["wall"], t["wall_value"].format(wall=f"{record.wall_s:.1f}", timeout=f"{record.timeout:g}", clock=clock)),
+        (t["cpu"], t["cpu_value"].format(mean=f"{record.cpu_mean:.0f}", max=f"{record.cpu_max:.0f}")),
+        (t["tool_calls"], f"{record.tool_calls} {record.tool_calls_by_tool or ''}"),
+        (t["identical_calls"], str(record.identical_calls)), (t["tool_errors"], str(record.tool_errors)),
+        (t["turns"], str(record.turns)),
+        (t["processes_left"], ", ".join(f"{p['pid']} {p['cmdline'][:60]}" for p in record.processes_left) or "0"),
+        (t["others"], t["others_value"].format(mean=f"{record.other_cpu_mean:.0f}", max=f"{record.other_cpu_max:.0f}",
+                                               cpus=record.cpus, before=record.load_avg_start,
+                                               after=record.load_avg_end)
+         + (t["busy_flag"] if record.machine_busy else "")),
     ]
     if record.kill_latency_s is not None:
-        rows.append(("killed", f"{record.kill_latency_s:+.2f} s after the deadline"))
+        rows.append((t["killed"], t["killed_value"].format(latency=f"{record.kill_latency_s:+.2f}")))
     for key, value in rows:
         table.add_row(key, Text(value))  # Text: an answer's "[stop_reason: ...]" is not markup
     screen.console.print(table)
     if record.answer:
-        screen.console.print(f"[bold]answer:[/] {escape(record.answer)}", highlight=False)
+        screen.console.print(f"[bold]{escape(t['answer'])}[/] {escape(record.answer)}", highlight=False)
     if record.scratchpad_tail:
-        screen.console.print("[bold]last lines of the scratchpad:[/]")
+        screen.console.print(f"[bold]{escape(t['scratchpad'])}[/]")
         for line in record.scratchpad_tail:
             screen.console.print(f"  {line}", markup=False, highlight=False)
     shown = json_path.relative_to(ROOT) if json_path.is_relative_to(ROOT) else json_path
     for style, sentence in verdict(brk, record, learner, lang):
         screen.console.print(Text(sentence, style=style))
-    screen.console.print(f"saved: {shown} and {svg_path.name}", markup=False, highlight=False)
+    screen.console.print(t["saved"].format(json=shown, svg=svg_path.name), markup=False, highlight=False)
 
 
 def tour(learner: str | None = None, *, as_json: bool = False, llm: str | None = None) -> list[dict]:

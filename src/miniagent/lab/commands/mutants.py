@@ -59,7 +59,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
     "lab": (["src/miniagent/lab/*"],
             ["test_harness", "test_notebook", "test_exercise_loop", "test_evaluation", "test_classload", "test_crash",
              "test_properties_counts", "test_properties_edits", "test_properties_harness", "test_lab_output",
-             "test_breaks", "test_counterexamples", "test_tasks", "test_settings_reach"]),
+             "test_breaks", "test_counterexamples", "test_tasks", "test_settings_reach", "test_words"]),
     "cli": (["src/miniagent/cli.py", "src/miniagent/processes.py", "src/miniagent/__main__.py"],
             ["test_cli", "test_settings_reach", "test_crash", "test_tasks", "test_config", "test_mcp_server"]),
     "tasks": (["tasks.py"], ["test_tasks", "test_docs_commands"]),

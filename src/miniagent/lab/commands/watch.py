@@ -27,22 +27,13 @@ from rich.console import Console
 from rich.text import Text
 
 from ..catalogue import ALL, ROOT, BreakError, guard_tests
+from ..words import section
 
 SAVES = {"created", "modified", "moved", "deleted", "closed"}  # watchdog event types ("closed": after a write)
 DEBOUNCE_S = 0.3  # an editor's save is often several events; wait for them to settle
 TEST_TIMEOUT_S = 60
 
-TEXT = {
-    "en": {"start": "Watching {src} for {what}: the guard tests run on every save. Ctrl-C to stop.",
-           "all": "every guard test", "saved": "saved {name}", "first": "first run",
-           "green": "GREEN", "red": "RED", "stopped": "Stopped watching.",
-           "failing": "failing"},
-    "es": {"start": "Vigilando {src} para {what}: las pruebas de la guarda se ejecutan en cada guardado. "
-                    "Ctrl-C para terminar.",
-           "all": "todas las pruebas de guardas", "saved": "guardado {name}", "first": "primera ejecución",
-           "green": "VERDE", "red": "ROJO", "stopped": "Vigilancia terminada.",
-           "failing": "fallan"},
-}
+TEXT = section("watch")
 
 
 class _Changes:

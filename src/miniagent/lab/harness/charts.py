@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from ..words import LANGS, section, words
 from .record import CORES, RunRecord
 
 
@@ -18,17 +19,7 @@ PANEL_W, PANEL_H = 720, 300
 MARGIN = {"left": 66, "right": 16, "top": 58, "bottom": 50}
 FONT_PX = {"text": 14, "title": 17, "sub": 14, "note": 14}
 
-CHART_TEXT = {
-    "en": {"sub": "outcome {outcome} · stop reason {stop} · mean CPU {cpu} % · tool calls {calls} · processes left {left}",
-           "x": "seconds since launch", "y": "CPU % of the process tree", "core": "one core",
-           "start": "loop starts", "timeout": "timeout: killed", "interrupted": "Ctrl-C: killed",
-           "others": "grey: other programs (mean {cpu} %)", "none": "none", "decimal": "."},
-    "es": {"sub": "resultado {outcome} · motivo {stop} · CPU media {cpu} % · llamadas {calls} · "
-                  "procesos vivos {left}",
-           "x": "segundos desde el arranque", "y": "% de CPU del árbol de procesos", "core": "un núcleo",
-           "start": "empieza el bucle", "timeout": "tiempo límite: lo mata el arnés", "interrupted": "Ctrl-C: se detiene",
-           "others": "gris: otros programas (media {cpu} %)", "none": "ninguno", "decimal": ","},
-}
+CHART_TEXT = section("chart")
 
 
 def _nice_step(span: float, max_ticks: int = 8) -> float:
@@ -153,8 +144,7 @@ def write_svg_pair(broken: RunRecord, fixed: RunRecord, path: Path,
     return path
 
 
-PAIR_TITLES = {"en": ("{id}: the break applied", "the intact loop (fixed)"),
-               "es": ("{id}: con la avería", "el bucle intacto (arreglado)")}
+PAIR_TITLES = {lang: words(lang)["chart_pair"]["titles"] for lang in LANGS}
 
 
 def write_docs_charts(broken: RunRecord, fixed: RunRecord, break_id: str, assets_dir: Path) -> list[Path]:

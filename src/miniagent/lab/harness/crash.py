@@ -11,44 +11,13 @@ from __future__ import annotations
 
 import signal
 
+from ..words import section
+
 LAB_02 = "docs/labs/02-mcp-server.md"
 STDERR_SHOWN = 6  # lines of the agent's stderr a crash report quotes
 
-TEXT = {
-    "en": {
-        "died": "CRASHED: {who} died of {sig} (signal {num}{what}){when}.",
-        "who": {"agent": "the agent", "tests": "the test run (pytest)", "bench": "the benchmark",
-                "process": "the process"},
-        "before": " before its loop started", "after": " after its loop started, with {turns} turn(s) done",
-        "stderr": "Its last lines on stderr:", "silent": "It wrote nothing to stderr.",
-        "where": "Where it died (Python's faulthandler, on stderr):",
-        "llama": "Next: the model crashed inside llama.cpp. This is not a busy machine, and running it again will "
-                 "not help. See \"When the model crashes\" in lab 02 ({lab}): on a CPU with AMX, run with "
-                 "--llama-amx off (or MINIAGENT_LLAMA_AMX=off).",
-        "other": "Next: this is not a busy machine, and running it again will not help: read the lines above to see "
-                 "where it died.",
-        "short": "crashed ({sig})",
-    },
-    "es": {
-        "died": "SE HA ROTO: {who} murió por {sig} (señal {num}{what}){when}.",
-        "who": {"agent": "el agente", "tests": "la ejecución de las pruebas (pytest)", "bench": "la medición (bench)",
-                "process": "el proceso"},
-        "before": " antes de que empezara su bucle", "after": " con su bucle ya en marcha y {turns} turno(s) hechos",
-        "stderr": "Sus últimas líneas en stderr:", "silent": "No escribió nada en stderr.",
-        "where": "Dónde murió (según el faulthandler de Python, en stderr):",
-        "llama": "Siguiente paso: el modelo se ha roto dentro de llama.cpp. No es que la máquina esté ocupada, y "
-                 "repetirlo no servirá de nada. Mira «Cuando el modelo se rompe» en el lab 02 ({lab}): en una CPU "
-                 "con AMX, ejecútalo con --llama-amx off (o MINIAGENT_LLAMA_AMX=off).",
-        "other": "Siguiente paso: no es que la máquina esté ocupada, y repetirlo no servirá de nada: lee las líneas "
-                 "de arriba para ver dónde murió.",
-        "short": "se ha roto ({sig})",
-    },
-}
-WHAT = {"SIGSEGV": {"en": ", a segmentation fault", "es": ", un fallo de segmentación"},
-        "SIGILL": {"en": ", an illegal instruction", "es": ", una instrucción ilegal"},
-        "SIGBUS": {"en": ", a bus error", "es": ", un error de bus"},
-        "SIGABRT": {"en": ", an abort", "es": ", una interrupción por abort"},
-        "SIGFPE": {"en": ", an arithmetic error", "es": ", un error aritmético"}}
+TEXT = section("crash")
+WHAT = section("crash_what")  # what each deadly signal means, by language
 
 
 def signal_name(returncode: int | None) -> str | None:
@@ -109,7 +78,7 @@ def describe(sig: str, *, loop_started: bool | None, turns: int, stderr_lines: l
     num = signal_number(sig)
     when = "" if loop_started is None else t["after"].format(turns=turns) if loop_started else t["before"]
     lines = [t["died"].format(who=t["who"][who], sig=sig, num=num if num is not None else "?",
-                              what=WHAT.get(sig, {}).get(lang, ""), when=when)]
+                              what=WHAT[lang].get(sig, ""), when=when)]
     fatal = fatal_error(stderr_lines)
     shown = fatal or [line for line in stderr_lines if line.strip()][-STDERR_SHOWN:]
     lines += [t["where" if fatal else "stderr"], *(f"    {line.strip()}" for line in shown)] if shown \

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..words import words
 from . import crash
 
 # CPU figures are in percent of one core: 100 = one core busy, 100 x CORES = all of them.
@@ -131,33 +132,31 @@ def crash_note(record: RunRecord, lang: str = "en") -> list[str]:
                           stderr_lines=record.fatal_error or record.stderr_tail, lang=lang)
 
 
-def machine_note(record: RunRecord) -> str | None:
+def machine_note(record: RunRecord, lang: str = "en") -> str | None:
     """A plain sentence when the machine was busy during the run (None when it was not, or when it crashed:
     a crash is the agent's own, and a busy machine must not be offered as its cause)."""
     if not record.machine_busy or record.signal:
         return None
-    load = f", load average {record.load_avg_start:g} -> {record.load_avg_end:g}" \
+    t = words(lang)["machine"]
+    load = t["load"].format(before=f"{record.load_avg_start:g}", after=f"{record.load_avg_end:g}") \
         if record.load_avg_start is not None and record.load_avg_end is not None else ""
-    return (f"The machine was busy: other programs used {record.other_cpu_mean:.0f} % CPU on average during this "
-            f"run (100 % = one core; {record.cpus} usable CPUs{load}).  The run competed with them for the CPU, "
-            "so its wall time, its CPU figures and how far the loop got are disturbed.")
+    return t["busy"].format(others=f"{record.other_cpu_mean:.0f}", cpus=record.cpus, load=load)
 
 
-def deadline_note(record: RunRecord) -> str | None:
+def deadline_note(record: RunRecord, lang: str = "en") -> str | None:
     """How the deadline was counted, when that is not the plain "timeout after launch"."""
+    t = words(lang)["deadline"]
     parts = []
     if record.clock == "loop":
         if record.loop_start_s is None:
-            parts.append("the loop never started, so its timeout never began")
+            parts.append(t["never_started"])
         else:
-            parts.append(f"the {record.timeout:g} s timeout counted from the loop's start, "
-                         f"{record.loop_start_s:.1f} s after launch (imports and model load before it)")
+            parts.append(t["from_loop"].format(timeout=f"{record.timeout:g}", start=f"{record.loop_start_s:.1f}"))
     if record.waited_for_needs_s:
         wanted = ", ".join(f"{n} {key.replace('_', ' ')}" for key, n in record.needs.items())
-        parts.append(f"the run went on {record.waited_for_needs_s:.1f} s past its timeout until it had shown "
-                     f"{wanted}")
+        parts.append(t["waited"].format(waited=f"{record.waited_for_needs_s:.1f}", wanted=wanted))
     if record.hard_capped:
-        parts.append(f"it was ended by the hard cap of {record.hard_cap_s:g} s after launch")
+        parts.append(t["hard_cap"].format(cap=f"{record.hard_cap_s:g}"))
     if not parts:
         return None
     text = "; ".join(parts)

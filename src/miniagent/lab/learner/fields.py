@@ -15,14 +15,9 @@ from typing import Any
 OUTCOMES = ("answer", "fallback", "timeout", "crash")
 
 # The keys of a prediction block, in the order of the block, the observed block and the comparison.
-# They are identifiers, the same in both languages; the comments beside them follow the notebook's language.
-FIELDS: dict[str, str] = {
-    "outcome": "answer | fallback | timeout | crash",
-    "wall_s": "seconds until it ends or is killed",
-    "cpu_percent": "mean CPU of the process tree, 100 = one core",
-    "tool_calls": "MCP tool calls made",
-    "processes_left": "processes still alive after the run",
-}
+# They are identifiers, the same in both languages; the comment beside each follows the notebook's language
+# (``[notebook.comments]`` in the lab's words).
+FIELDS = ("outcome", "wall_s", "cpu_percent", "tool_calls", "processes_left")
 NUMERIC_FIELDS = ("wall_s", "cpu_percent", "tool_calls", "processes_left")
 
 # A value the learner has not filled in yet ("?" means "not predicted", nothing else).

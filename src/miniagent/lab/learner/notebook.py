@@ -33,11 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import words as lab_words
 from ..catalogue import alias_of
+from ..words import checked as checked_lang
 from .fields import FIELDS, NO_STOP_REASON, NOT_PREDICTED, NUMERIC_FIELDS, OUTCOMES, fmt
 from .paths import NOTEBOOK_FILE, TEMPLATE_LEARNER, migrate, notebook_path
 from .scoring import Row, exercised, hit_word, observed_values, tolerance_text
-from .text import DEFAULT_HEADER, TEXT, checked_lang
+
+TEXT = lab_words.section("notebook")
+# Used when the repository's template notebook is not there (e.g. in tests).
+DEFAULT_HEADER = {lang: lab_words.words(lang)["notebook_header"]["text"] for lang in lab_words.LANGS}
 
 
 class PredictionError(ValueError):
@@ -55,9 +60,7 @@ def _same_variant(heading_id: str, variant_id: str) -> bool:
     return heading_id == variant_id or alias_of(heading_id) == alias_of(variant_id)
 
 
-# --------------------------------------------------------------------------
 # Reading the Markdown structure (headings outside code fences)
-# --------------------------------------------------------------------------
 
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
 _H2_RE = re.compile(r"^ {0,3}##(?!#)\s+(.*?)\s*$")
@@ -120,9 +123,7 @@ def _read_text(path: Path) -> str:
     return path.read_text(encoding="utf-8-sig")
 
 
-# --------------------------------------------------------------------------
 # Appending (the only way this module writes)
-# --------------------------------------------------------------------------
 
 def _append(path: Path, new_text: str) -> None:
     """Append ``new_text`` after a blank line, in the file's own line-ending style.
@@ -163,16 +164,15 @@ def _ensure_notebook(root: Path, learner: str, lang: str | None = None) -> Path:
     return path
 
 
-# --------------------------------------------------------------------------
 # 1. add_prediction
-# --------------------------------------------------------------------------
 
 def prediction_block(values: dict[str, Any] | None = None, fence: str = "prediction", lang: str = "en") -> str:
     """The fenced ``key: value  # comment`` block; missing values are written as ``?``."""
     values = values or {}
     out = [f"```{fence}"]
-    for key, comment in TEXT[checked_lang(lang)]["comments"].items():
-        value = values.get(key)
+    comments = TEXT[checked_lang(lang)]["comments"]
+    for key in FIELDS:
+        comment, value = comments[key], values.get(key)
         shown = "?" if value is None else fmt(value)
         # Comments line up in one column, so the block reads like a form.
         out.append(f"{key}: {shown}".ljust(19) + f" # {comment}")
@@ -209,9 +209,7 @@ def add_prediction(root: str | os.PathLike, learner: str, variant_id: str, title
     return path, True
 
 
-# --------------------------------------------------------------------------
 # 2. read_prediction
-# --------------------------------------------------------------------------
 
 _NUMBER_RE = re.compile(r"^[~≈]?\s*(\d+(?:\.\d+)?)\s*(s|%)?$")
 
@@ -296,9 +294,7 @@ def read_prediction(root: str | os.PathLike, learner: str, variant_id: str) -> d
     return values
 
 
-# --------------------------------------------------------------------------
 # 3. append_observation
-# --------------------------------------------------------------------------
 
 def _link(target: str | os.PathLike | None, root: Path, notebook: Path) -> str | None:
     if target is None:

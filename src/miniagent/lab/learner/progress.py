@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from ..words import section
 from .paths import learner_folder, notebook_path
 
 STATE_FILE = "progress.json"
@@ -243,42 +244,7 @@ def next_row(all_rows: list[Row]) -> Row | None:
     return next((row for row in all_rows if row.stage != DONE), None)
 
 
-TEXT = {
-    "en": {
-        "title": "Progress of {learner}",
-        "cols": ("break", "predicted", "runs (last: hits/fields)", "broken by you", "fixed and verified", "hints"),
-        "yes": "yes", "no": "-", "unreadable": "unreadable", "now": "now, in src/",
-        "done_all": "Every break is fixed and verified by you. Well done: `invoke check all` runs every guard test.",
-        "next": "Next: {id} ({title})",
-        PREDICT: ["invoke predict {alias}            # write your prediction in {notebook}",
-                  "invoke exp {alias} --learner {learner}   # then run it and compare"],
-        RUN: ["invoke exp {alias} --learner {learner}   # run it and compare with your prediction"],
-        BREAK: ["invoke break {alias}     # apply it to your own src/",
-                "invoke watch {alias}     # its guard tests on every save; fix it in src/ until green"],
-        FIX: ["invoke watch {alias}     # its guard tests on every save (or once: invoke check {alias})",
-              "invoke hint {alias}      # one hint at a time",
-              "invoke reset {alias}     # start again from the intact source of this break"],
-        "problem": "Your prediction for {id} cannot be read: {problem}",
-    },
-    "es": {
-        "title": "Progreso de {learner}",
-        "cols": ("avería", "predicha", "ejecuciones (última: aciertos/campos)", "rota por ti",
-                 "arreglada y comprobada", "pistas"),
-        "yes": "sí", "no": "-", "unreadable": "ilegible", "now": "ahora, en src/",
-        "done_all": "Has roto, arreglado y comprobado todas las averías. Enhorabuena: `invoke check all` "
-                    "ejecuta todas las pruebas de guardas.",
-        "next": "Siguiente: {id} ({title})",
-        PREDICT: ["invoke predict {alias}            # escribe tu predicción en {notebook}",
-                  "invoke exp {alias} --learner {learner}   # después ejecútala y compara"],
-        RUN: ["invoke exp {alias} --learner {learner}   # ejecútala y compárala con tu predicción"],
-        BREAK: ["invoke break {alias}     # aplícala a tu propio src/",
-                "invoke watch {alias}     # sus pruebas en cada guardado; arréglala en src/ hasta verlas en verde"],
-        FIX: ["invoke watch {alias}     # sus pruebas en cada guardado (o una vez: invoke check {alias})",
-              "invoke hint {alias}      # una pista cada vez",
-              "invoke reset {alias}     # vuelve a empezar desde el código intacto de esta avería"],
-        "problem": "Tu predicción de {id} no se puede leer: {problem}",
-    },
-}
+TEXT = section("progress")
 
 
 def next_steps(root: Path, learner: str, row: Row | None, lang: str) -> list[str]:

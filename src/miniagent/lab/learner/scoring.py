@@ -13,8 +13,12 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from ..words import checked as checked_lang
+from ..words import section
 from .fields import FIELDS, fmt
-from .text import TEXT, checked_lang
+
+TEXT = section("notebook")
+
 
 @dataclass(frozen=True)
 class Row:
