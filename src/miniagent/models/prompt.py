@@ -44,48 +44,55 @@ def _one_call(question: str, verb: str, tense: str, person: str, result: str) ->
             Entry("observation", result), Entry("action", _answer(result))]
 
 
-# The single calls cover all 12 tenses and all 7 persons with varied phrasings.
+# The single calls cover 11 tenses (the twelfth, past simple, is the three-call example's) and all 7 persons,
+# with varied phrasings.
 # Order matters to a base model: it leans towards the last examples (recency).
 # Moving the multi-call and error examples first (so that varied single calls
 # come last) scored worse on held-out questions, so they stay at the end.
-EXAMPLES: list[list[Entry]] = [
-    _one_call("What is the present perfect of sing for they?", "sing", "present perfect", "they",
-              "they have sung"),
-    _one_call("Conjugate open in the past continuous for I.", "open", "past continuous", "I",
-              "I was opening"),
-    _one_call("Give me the future perfect continuous of walk for he.", "walk", "future perfect continuous",
-              "he", "he will have been walking"),
-    _one_call("Conjuga 'choose' en futuro simple para 'ella'.", "choose", "future simple", "she",
-              "she will choose"),
-    _one_call("Present simple of cook, we?", "cook", "present simple", "we", "we cook"),
-    _one_call("How do you say ride in the past perfect continuous with you?", "ride", "past perfect continuous",
-              "you", "you had been riding"),
-    _one_call("kick / past perfect / it", "kick", "past perfect", "it", "it had kicked"),
-    _one_call("Which form of 'bake' fits 'I' in the present continuous?", "bake", "present continuous", "I",
-              "I am baking"),
-    _one_call("Verb: dig. Person: she. Tense: future perfect.", "dig", "future perfect", "she",
-              "she will have dug"),
-    _one_call("Conjuga 'sew' en presente perfecto continuo con 'yo'.", "sew", "present perfect continuous", "I",
-              "I have been sewing"),
-    _one_call("Turn 'we fight' into the future continuous.", "fight", "future continuous", "we",
-              "we will be fighting"),
-    [
-        Entry("question", "Conjugate dance, paint and draw in the past simple for I."),
-        Entry("action", _call("dance", "past simple", "I", 3)),
-        Entry("observation", "I danced"),
-        Entry("action", _call("paint", "past simple", "I")),
-        Entry("observation", "I painted"),
-        Entry("action", _call("draw", "past simple", "I")),
-        Entry("observation", "I drew"),
-        Entry("action", _answer("I danced, I painted, I drew")),
-    ],
-    [
-        Entry("question", "What is the future simple of quickly for it?"),
-        Entry("action", _call("quickly", "future simple", "it", 1)),
-        Entry("observation", "error: 'quickly' is not a verb: give the base form of an English verb"),
-        Entry("action", _answer("'quickly' is not a verb. Ask about a verb, for example: future simple of run for it.")),
-    ],
-]
+def examples() -> list[list[Entry]]:
+    """The few-shot conversations, built afresh (EXAMPLES holds them once)."""
+    return [
+        _one_call("What is the present perfect of sing for they?", "sing", "present perfect", "they",
+                  "they have sung"),
+        _one_call("Conjugate open in the past continuous for I.", "open", "past continuous", "I",
+                  "I was opening"),
+        _one_call("Give me the future perfect continuous of walk for he.", "walk", "future perfect continuous",
+                  "he", "he will have been walking"),
+        _one_call("Conjuga 'choose' en futuro simple para 'ella'.", "choose", "future simple", "she",
+                  "she will choose"),
+        _one_call("Present simple of cook, we?", "cook", "present simple", "we", "we cook"),
+        _one_call("How do you say ride in the past perfect continuous with you?", "ride", "past perfect continuous",
+                  "you", "you had been riding"),
+        _one_call("kick / past perfect / it", "kick", "past perfect", "it", "it had kicked"),
+        _one_call("Which form of 'bake' fits 'I' in the present continuous?", "bake", "present continuous", "I",
+                  "I am baking"),
+        _one_call("Verb: dig. Person: she. Tense: future perfect.", "dig", "future perfect", "she",
+                  "she will have dug"),
+        _one_call("Conjuga 'sew' en presente perfecto continuo con 'yo'.", "sew", "present perfect continuous", "I",
+                  "I have been sewing"),
+        _one_call("Turn 'we fight' into the future continuous.", "fight", "future continuous", "we",
+                  "we will be fighting"),
+        [
+            Entry("question", "Conjugate dance, paint and draw in the past simple for I."),
+            Entry("action", _call("dance", "past simple", "I", 3)),
+            Entry("observation", "I danced"),
+            Entry("action", _call("paint", "past simple", "I")),
+            Entry("observation", "I painted"),
+            Entry("action", _call("draw", "past simple", "I")),
+            Entry("observation", "I drew"),
+            Entry("action", _answer("I danced, I painted, I drew")),
+        ],
+        [
+            Entry("question", "What is the future simple of quickly for it?"),
+            Entry("action", _call("quickly", "future simple", "it", 1)),
+            Entry("observation", "error: 'quickly' is not a verb: give the base form of an English verb"),
+            Entry("action", _answer("'quickly' is not a verb. Ask about a verb, for example: "
+                                    "future simple of run for it.")),
+        ],
+    ]
+
+
+EXAMPLES = examples()
 
 
 def render(entries: list[Entry]) -> str:

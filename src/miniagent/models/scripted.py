@@ -154,7 +154,7 @@ class ScriptedBackend:
         branches = {"answer" if "answer" in b["properties"] else b["properties"]["tool"]["const"]: b["properties"]
                     for b in schema["anyOf"]}
         if "answer" in branches and pad[-1].role == "observation":
-            offered = branches["answer"].get("enum")
+            offered = branches["answer"]["answer"].get("enum")  # the answer branch's own field
             return self._answer(offered[0] if offered else pad[-1].text.split(" (", 1)[0])
         call = branches["conjugate"]
         return self._call({"verb": call["verb"].get("enum", ["go"])[0], "tense": call["tense"]["enum"][0],
