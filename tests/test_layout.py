@@ -161,7 +161,6 @@ LONG_FILES = {
     "tools/conjugation.py": NOT_SPLIT_YET + " (normalising the arguments, the lexicon and its refusals, the tenses)",
 }
 LONG_FUNCTIONS = {
-    "lab/commands/experiment.py:exp": NOT_SPLIT_YET + " (the prediction, the run in its sandbox, the notes)",
     "tools/stdio_pipes.py:session_streams": "the two pumps and their shutdown read best together: one protocol",
 }
 

@@ -68,11 +68,27 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
     timeout = timeout or (brk.timeout_s if brk else 30.0)
     llm = llm or (brk.llm if brk else "llama")
     run_flags = (flags if flags is not None else (brk.flags if brk else [])) + list(model_flags or [])
-    # Method: run the variant from a throwaway copy; rollback: delete the copy, always.
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    record, json_path, svg_path = _run_in_sandbox(brk, question, llm, run_flags, timeout, live=live and not as_json,
+                                                  quiet=as_json, runs_dir=runs_dir)
+    if as_json:
+        print(json.dumps({**record.to_dict(), "variant": variant_id, "llm": llm, "json_path": str(json_path),
+                          "svg_path": str(svg_path)}))
+    else:
+        report(record, json_path, svg_path, brk, learner if prediction is not None else None,
+               lang=report_lang(learner))
+    if prediction is not None and brk is not None and learner:
+        _score(brk, learner, prediction, record, json_path, svg_path, stamp)
+    return record
+
+
+def _run_in_sandbox(brk: Break | None, question: str, llm: str, run_flags: list[str], timeout: float, *,
+                    live: bool, quiet: bool, runs_dir: Path) -> tuple[RunRecord, Path, Path]:
+    """Run the variant from a throwaway copy of the source (deleted, always) and save its record and chart."""
+    variant_id = brk.id if brk else BASELINE
     sandbox = make_sandbox(brk)
     try:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        if not as_json:
+        if not quiet:
             needs = f", needs {escape(str(brk.needs))}" if brk and brk.needs else ""
             screen.console.print(f"[bold]{variant_id}[/] with {escape(llm)} on {escape(repr(question))}, timeout {timeout:g} s "
                           f"from the loop's start{needs} (source copy: {escape(str(sandbox))})")
@@ -80,7 +96,7 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
         # broken code (its needs) or the hard cap: a busy machine slows the run, it must not skip the lesson.
         record = run_experiment(agent_command(question, sandbox / "trace.jsonl", llm=llm, flags=run_flags),
                                 timeout=timeout, trace_path=sandbox / "trace.jsonl",
-                                env={"PYTHONPATH": str(sandbox / "src")}, cwd=sandbox, live=live and not as_json,
+                                env={"PYTHONPATH": str(sandbox / "src")}, cwd=sandbox, live=live,
                                 clock="loop", needs=brk.needs if brk else None,
                                 hard_cap=brk.hard_cap_s if brk else None)
         if brk is not None and _own_setup(brk, question, llm, run_flags) and record.needs_met is not False:
@@ -93,24 +109,22 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
             json_path.write_text(json.dumps(record.to_dict(), indent=2), encoding="utf-8")
     finally:
         shutil.rmtree(sandbox, ignore_errors=True)
-    if as_json:
-        print(json.dumps({**record.to_dict(), "variant": variant_id, "llm": llm, "json_path": str(json_path),
-                          "svg_path": str(svg_path)}))
-    else:
-        report(record, json_path, svg_path, brk, learner if prediction is not None else None,
-               lang=report_lang(learner))
-    if prediction is not None and brk is not None and learner:
-        rows = scoring.compare(prediction, record.to_dict())
-        lang = notebook_lang(learner)
-        screen.console.print(scoring.render_comparison(rows, lang))
-        path = notebook.append_observation(ROOT, learner, brk.id, record.to_dict(), rows, json_path, svg_path,
-                                           when=stamp, lang=lang)
-        screen.console.print(words(lang)["report"]["appended"].format(path=path.relative_to(ROOT)), markup=False,
-                             highlight=False)
-        scored = [r.hit for r in rows if r.hit is not None]
-        if scored:
-            progress.update(ROOT, learner, lambda state: _count_run(progress.break_state(state, brk.id), scored))
-    return record
+    return record, json_path, svg_path
+
+
+def _score(brk: Break, learner: str, prediction: dict, record: RunRecord, json_path: Path, svg_path: Path,
+           stamp: str) -> None:
+    """The prediction against the run: on screen, appended to the notebook, and counted in progress."""
+    rows = scoring.compare(prediction, record.to_dict())
+    lang = notebook_lang(learner)
+    screen.console.print(scoring.render_comparison(rows, lang))
+    path = notebook.append_observation(ROOT, learner, brk.id, record.to_dict(), rows, json_path, svg_path,
+                                       when=stamp, lang=lang)
+    screen.console.print(words(lang)["report"]["appended"].format(path=path.relative_to(ROOT)), markup=False,
+                         highlight=False)
+    scored = [r.hit for r in rows if r.hit is not None]
+    if scored:
+        progress.update(ROOT, learner, lambda state: _count_run(progress.break_state(state, brk.id), scored))
 
 
 def _count_run(state: dict, scored: list[bool]) -> None:
