@@ -101,15 +101,15 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _busy_ticks() -> tuple[float, float] | None:
+def _busy_ticks(stat: str = "/proc/stat") -> tuple[float, float] | None:
     """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat; None elsewhere."""
     try:
-        with open("/proc/stat", encoding="ascii") as fh:
+        with open(stat, encoding="ascii") as fh:
             fields = [float(x) for x in fh.readline().split()[1:]]
-    except (OSError, ValueError):
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    except (OSError, ValueError, IndexError):  # no such file, or not the line this expects
         return None
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
     total = sum(fields[:8])  # guest time is already inside user/nice
     return (total - idle) / hz, total / hz
 
