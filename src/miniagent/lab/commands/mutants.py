@@ -52,7 +52,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
                "test_properties_counts", "test_grounding", "test_properties_grounding"]),
     "models": (["src/miniagent/models/*"],
                ["test_amx", "test_model_threads", "test_model_failures", "test_openai_backend", "test_shared_server",
-                "test_settings_reach", "test_model_file", "test_prompt", "test_scripted", "test_cpu_measure"]),
+                "test_settings_reach", "test_model_file", "test_prompt", "test_scripted", "test_cpu_measure", "test_model_parts"]),
     "tools": (["src/miniagent/tools/*"],
               ["test_conjugation", "test_verb_forms", "test_mcp_surface", "test_mcp_server", "test_mcp_client_messages",
                "test_properties_client", "test_settings_reach", "test_mcp_client_outcomes", "test_conjugation_edges"]),
