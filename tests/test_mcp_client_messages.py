@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from miniagent.agent.errors import ToolError
-from miniagent.tools.mcp_client import _root_cause, _short_repr, check_arguments
+from miniagent.tools.arguments import _short_repr, check_arguments
+from miniagent.tools.mcp_client import _root_cause
 
 
 @pytest.mark.parametrize("tool, args, says", [

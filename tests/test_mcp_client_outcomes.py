@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
 from miniagent.agent.errors import ServerFailed, ToolError, ToolTimeout
-from miniagent.tools import mcp_client
+from miniagent.tools import mcp_client, stdio_pipes
 from miniagent.tools.mcp_client import MAX_RESTARTS, SERVER_MODULE, STARTUP_TIMEOUT, MCPClient, _Connection
 from miniagent.tools.stdio_pipes import spawn
 
@@ -339,9 +339,9 @@ def test_the_server_inherits_no_shell_function_from_the_environment(monkeypatch)
 
 def test_the_servers_stderr_is_the_first_stream_with_a_file_descriptor(monkeypatch):
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    assert mcp_client._errlog() is sys.__stderr__
+    assert stdio_pipes.inheritable_stderr() is sys.__stderr__
     monkeypatch.setattr(sys, "__stderr__", None)
-    errlog = mcp_client._errlog()
+    errlog = stdio_pipes.inheritable_stderr()
     try:
         assert errlog.name == os.devnull and errlog.mode == "w"
         errlog.write("the server may write here")

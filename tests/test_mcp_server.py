@@ -256,7 +256,8 @@ def test_ctrl_c_during_a_call_to_a_wedged_server_stops_it(monkeypatch, to):
 CHILD = textwrap.dedent(
     """
     import sys
-    from miniagent.tools.mcp_client import MCPClient, install_sigterm_handler
+    from miniagent.processes import install_sigterm_handler
+    from miniagent.tools.mcp_client import MCPClient
 
     if sys.argv[1] == "handler":
         install_sigterm_handler()

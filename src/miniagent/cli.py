@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .tools.mcp_client import install_sigterm_handler
+    from .processes import install_sigterm_handler
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[miniagent] %(message)s", stream=sys.stderr)

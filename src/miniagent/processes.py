@@ -10,7 +10,9 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
+from types import FrameType
 from typing import Any
 
 # How often a waiting main thread wakes to run Python's signal handlers (see wait_result).
@@ -104,3 +106,38 @@ def reap(popen: subprocess.Popen | None, timeout: float = 1.0) -> None:
         popen.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(timeout)
+
+
+# --------------------------------------------------------------------------
+# SIGTERM -> exception, so `with` blocks (the MCP client's, the harness's) unwind on `kill <pid>`
+# --------------------------------------------------------------------------
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived.  A SystemExit (exit status 143), so it unwinds ``with`` blocks
+    and, if nothing catches it, ends the program quietly like any SystemExit."""
+
+
+def install_sigterm_handler() -> Any:
+    """Turn SIGTERM into :class:`Terminated` raised in the main thread.
+
+    Python's default for SIGTERM is to die on the spot, skipping ``finally``
+    and ``__exit__``: the client never gets to stop its server, and a wedged
+    server survives as an orphan.  Raising instead unwinds the stack like
+    Ctrl-C does.  Only the first SIGTERM raises; later ones are ignored so
+    they cannot interrupt the cleanup the first one started (close() is
+    bounded, and SIGKILL still works).
+
+    Must be called from the main thread.  Returns the previous handler.
+    """
+    fired = False
+
+    def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+        nonlocal fired
+        if fired:
+            print("SIGTERM again: already shutting down", file=sys.stderr, flush=True)
+            return
+        fired = True
+        raise Terminated(128 + signum)
+
+    return signal.signal(signal.SIGTERM, _on_sigterm)

@@ -3,44 +3,34 @@
 The agent loop is plain synchronous code; the MCP SDK is async.  The bridge:
 
 * one daemon thread per client runs an asyncio event loop;
-* one long-lived coroutine in it holds the SDK's ``ClientSession`` open
-  over the server's pipes (how the server is started: below);
+* one long-lived coroutine in it holds the SDK's ``ClientSession`` open over the server's pipes (how the
+  server is started: below);
 * each :meth:`MCPClient.call` submits ``session.call_tool`` to that loop with
-  ``asyncio.run_coroutine_threadsafe`` and waits on the future with a
-  timeout.  On timeout the future is cancelled, so the next call starts
-  clean and times out on its own clock too: a wedged server can never hang
+  ``asyncio.run_coroutine_threadsafe`` and waits on the future with a timeout.  On timeout the future is
+  cancelled, so the next call starts clean and times out on its own clock too: a wedged server can never hang
   the caller.
 
-How the server runs: :mod:`miniagent.tools.stdio_pipes` spawns it
-(``python -m miniagent.tools.server``) before the SDK is even imported, so
-the two imports of the SDK, ours and the server's, run at once; the SDK's
-``ClientSession`` then talks to it over its stdin and stdout.  The child
-starts in its own session and process group (pgid == pid), so a Ctrl-C in
-the terminal does NOT reach it: the client has to stop it.  On close the
-client closes the server's stdin; a healthy server exits within
-milliseconds of that EOF.  A wedged one (see ``--hang-on``) ignores EOF, so
-:meth:`MCPClient.close` signals the group itself after a short grace
-(immediately if a call already went unanswered), which bounds close to
-about half a second for a wedged server, and reaps it.
+How the server runs: :mod:`miniagent.tools.stdio_pipes` spawns it (``python -m miniagent.tools.server``)
+before the SDK is even imported, so the two imports of the SDK, ours and the server's, run at once; the SDK's
+``ClientSession`` then talks to it over its stdin and stdout.  The child starts in its own session and process
+group (pgid == pid), so a Ctrl-C in the terminal does NOT reach it: the client has to stop it.  On close the
+client closes the server's stdin; a healthy server exits within milliseconds of that EOF.  A wedged one (see
+``--hang-on``) ignores EOF, so :meth:`MCPClient.close` signals the group itself after a short grace
+(immediately if a call already went unanswered), which bounds close to about half a second for a wedged
+server, and reaps it.
 
-Failures map onto :mod:`miniagent.agent.errors`: an ``isError`` tool result is a
-:class:`ToolError`, no answer in time is a :class:`ToolTimeout` (both
-recoverable), and a dead process or a broken connection is
+Failures map onto :mod:`miniagent.agent.errors`: an ``isError`` tool result is a :class:`ToolError`, no answer
+in time is a :class:`ToolTimeout` (both recoverable), and a dead process or a broken connection is
 :class:`ServerFailed` (terminal).
 
-Arguments are checked before anything is sent: they must be JSON values whose
-text is valid Unicode.  An unpaired UTF-16 surrogate (``"go\\ud800"``) passes
-Python's ``str`` but cannot be encoded as UTF-8; sent as is, it makes the task
-that writes to the server's stdin fail, which ends the whole session.  Refused up front, it is a
-``ToolError`` and the session is untouched.  Should the session still end on the
-client's side (its loop ending with an error while the server had not died),
-the next call stops what is left of that server and starts a new one, at most
-:data:`MAX_RESTARTS` times per client; the call that met the break, and any
-call after the last restart, get ``ServerFailed``.  A server that dies is
-never restarted: that stays a ``ServerFailed`` on every later call.
+Arguments are checked before anything is sent (:mod:`miniagent.tools.arguments`): a call the connection could
+not carry is a ``ToolError`` and the session is untouched.  Should the session still end on the client's side
+(its loop ending with an error while the server had not died), the next call stops what is left of that server
+and starts a new one, at most :data:`MAX_RESTARTS` times per client; the call that met the break, and any call
+after the last restart, get ``ServerFailed``.  A server that dies is never restarted: that stays a
+``ServerFailed`` on every later call.
 
-Imports of the SDK happen in the session's thread, so importing this module
-(for instance just for :func:`install_sigterm_handler`) is cheap.
+Imports of the SDK happen in the session's thread, so importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -48,9 +38,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -58,25 +46,24 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TextIO
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ..processes import alive, reap, stop_process, wait_result
 from ..agent.errors import ServerFailed, ToolError, ToolTimeout
+from ..processes import alive, reap, stop_process, wait_result
+from .arguments import check_arguments
 
 if TYPE_CHECKING:  # pragma: no cover
     import psutil
     from mcp.client.session import ClientSession
 
 SERVER_MODULE = "miniagent.tools.server"
-# Generous: a cold start imports the SDK and pydantic (about a second on a slow
-# machine).  A server that dies during startup fails fast anyway (EOF).
+# Generous: a cold start imports the SDK and pydantic (about a second on a slow machine); a server that dies
+# during startup fails fast anyway (EOF).
 STARTUP_TIMEOUT = 20.0
-# A healthy server exits within milliseconds of stdin EOF; past this it is
-# presumed wedged and gets SIGTERM.
+# A healthy server exits within milliseconds of stdin EOF; past this it is presumed wedged and gets SIGTERM.
 EXIT_GRACE = 0.5
-# After SIGTERM, before SIGKILL.  Python dies at once on SIGTERM (no handler),
-# so this only matters for something that traps it.
+# After SIGTERM, before SIGKILL: Python dies at once on SIGTERM (no handler), so this matters only to a trap.
 KILL_GRACE = 1.0
 # How long close() waits for the SDK to notice the death and unwind.
 UNWIND_TIMEOUT = 3.0
@@ -95,59 +82,11 @@ def _close_live_clients() -> None:
 atexit.register(_close_live_clients)
 
 
-def _errlog() -> TextIO:
-    """A stderr the child can inherit (it needs a real file descriptor)."""
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            if stream is not None:
-                stream.fileno()
-                return stream
-        except (AttributeError, OSError, ValueError):
-            continue
-    return open(os.devnull, "w")  # noqa: SIM115 - lives as long as the server
-
-
 def _root_cause(exc: BaseException) -> BaseException:
     """Unwrap the single-exception groups anyio task groups put around errors."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
-
-
-def _unsendable(value: Any) -> str | None:
-    """Why ``value`` cannot go to the server as JSON text, or None if it can."""
-    try:
-        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        bad = exc.object[exc.start:exc.end]
-        return f"it holds an unpaired UTF-16 surrogate ({bad.encode('unicode_escape').decode()}), which is not text"
-    except (TypeError, ValueError) as exc:
-        return f"it is not a JSON value ({exc})"
-    return None
-
-
-def check_arguments(tool: Any, args: Any) -> None:
-    """Refuse, before sending, a call the connection could not carry: a ToolError, nothing sent."""
-    if not isinstance(tool, str) or _unsendable(tool):
-        raise ToolError(f"the tool name must be plain text, not {type(tool).__name__} {_short_repr(tool)}")
-    if not isinstance(args, dict):
-        raise ToolError(f"{tool}: the arguments must be an object (a dict), not {type(args).__name__}")
-    for key, value in args.items():
-        if not isinstance(key, str) or _unsendable(key):
-            raise ToolError(f"{tool}: argument name {_short_repr(key)} is not plain text; nothing was sent")
-        why = _unsendable(value)
-        if why:
-            raise ToolError(f"{tool}: argument {key!r} cannot be sent: {why}; nothing was sent")
-
-
-def _short_repr(value: Any, limit: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-# --------------------------------------------------------------------------
-# The client
-# --------------------------------------------------------------------------
 
 
 @dataclass
@@ -174,7 +113,7 @@ class MCPClient:
     """Start the conjugation server, call its tools synchronously, and always stop it.
 
     Use it as a context manager; leaving the ``with`` block for any reason
-    (normal exit, exception, Ctrl-C, SIGTERM via :func:`install_sigterm_handler`)
+    (normal exit, exception, Ctrl-C, SIGTERM via :func:`miniagent.processes.install_sigterm_handler`)
     stops the server process.
     """
 
@@ -251,7 +190,7 @@ class MCPClient:
         """Start ``self._conn``'s server and session thread; wait until it is initialized."""
         import psutil
 
-        from .stdio_pipes import spawn
+        from .stdio_pipes import inheritable_stderr, spawn
 
         conn = self._conn
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -259,7 +198,7 @@ class MCPClient:
             with self._lock:  # close() reads conn.popen under the same lock: it stops what was spawned
                 if self._closing.is_set():
                     raise ServerFailed("the MCP client was closed while it was starting")
-                conn.popen = spawn([self.python, *self._server_args()], self._server_env(), _errlog())
+                conn.popen = spawn([self.python, *self._server_args()], self._server_env(), inheritable_stderr())
             conn.proc = psutil.Process(conn.popen.pid)
             thread = threading.Thread(target=self._run_loop, args=(conn, ready), name="mcp-client", daemon=True)
             thread.start()
@@ -461,7 +400,7 @@ class MCPClient:
         """Call ``tool`` and return the text of its result.
 
         Raises ToolError (the tool answered with an error, or the arguments
-        cannot be sent: see :func:`check_arguments`), ToolTimeout (no answer
+        cannot be sent: see :func:`miniagent.tools.arguments.check_arguments`), ToolTimeout (no answer
         within ``timeout``, default ``self.timeout``) or ServerFailed (the
         server is gone or the connection broke).
         """
@@ -471,38 +410,3 @@ class MCPClient:
         if result.is_error:
             raise ToolError(text or f"{tool} failed without a message")
         return text
-
-
-# --------------------------------------------------------------------------
-# SIGTERM -> exception, so `with MCPClient()` blocks unwind on `kill <pid>`
-# --------------------------------------------------------------------------
-
-
-class Terminated(SystemExit):
-    """SIGTERM arrived.  A SystemExit (exit status 143), so it unwinds ``with`` blocks
-    and, if nothing catches it, ends the program quietly like any SystemExit."""
-
-
-def install_sigterm_handler() -> Any:
-    """Turn SIGTERM into :class:`Terminated` raised in the main thread.
-
-    Python's default for SIGTERM is to die on the spot, skipping ``finally``
-    and ``__exit__``: the client never gets to stop its server, and a wedged
-    server survives as an orphan.  Raising instead unwinds the stack like
-    Ctrl-C does.  Only the first SIGTERM raises; later ones are ignored so
-    they cannot interrupt the cleanup the first one started (close() is
-    bounded, and SIGKILL still works).
-
-    Must be called from the main thread.  Returns the previous handler.
-    """
-    fired = False
-
-    def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-        nonlocal fired
-        if fired:
-            print("SIGTERM again: already shutting down", file=sys.stderr, flush=True)
-            return
-        fired = True
-        raise Terminated(128 + signum)
-
-    return signal.signal(signal.SIGTERM, _on_sigterm)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
 import time
 from contextlib import asynccontextmanager
 from typing import IO, Any, AsyncIterator, Callable
@@ -29,6 +30,18 @@ LINE_LIMIT = 16 * 1024 * 1024
 # After stdin closes: how long a healthy server may take to exit (it takes milliseconds).
 EXIT_WAIT = 2.0
 _POLL = 0.01
+
+
+def inheritable_stderr() -> IO[str]:
+    """A stderr the child can inherit (it needs a real file descriptor)."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    return open(os.devnull, "w")  # noqa: SIM115 - lives as long as the server
 
 
 def spawn(command: list[str], env: dict[str, str], errlog: IO[str]) -> subprocess.Popen[bytes]:
