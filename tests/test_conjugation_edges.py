@@ -11,6 +11,7 @@ import re
 import pytest
 
 from miniagent.tools import conjugation as cj
+from miniagent.tools import lexicon
 from miniagent.tools.conjugation import PERSONS, PRONOUNS, TENSES, ConjugationError
 
 LIMIT = cj._MAX_RAW_LEN
@@ -48,31 +49,31 @@ def test_an_unknown_person_is_refused_listing_every_person_and_pronoun(refuse, p
 
 
 def test_the_data_files_are_read_as_tab_separated_rows_under_their_header():
-    rows = cj._tsv("extra_verbs.tsv", ("verb", "why"))
+    rows = lexicon._tsv("extra_verbs.tsv", ("verb", "why"))
     assert rows and all(len(row) == 2 and row[0] == row[0].strip().lower() for row in rows)
-    assert frozenset(verb for verb, _why in rows) == cj._extra_verbs()
-    chosen = cj._tsv("chosen_forms.tsv", ("verb", "stem", "form", "why"))
-    assert {verb for verb, *_ in chosen} == set(cj._chosen_forms())
+    assert frozenset(verb for verb, _why in rows) == lexicon._extra_verbs()
+    chosen = lexicon._tsv("chosen_forms.tsv", ("verb", "stem", "form", "why"))
+    assert {verb for verb, *_ in chosen} == set(lexicon._chosen_forms())
 
 
 def test_a_data_file_under_another_header_is_refused_naming_the_header_it_must_have():
     with pytest.raises(RuntimeError) as refused:
-        cj._tsv("extra_verbs.tsv", ("verb", "reason"))
+        lexicon._tsv("extra_verbs.tsv", ("verb", "reason"))
     assert str(refused.value) == "extra_verbs.tsv: header must be 'verb\\treason'"
 
 
 def test_a_spelling_is_chosen_written_like_the_input_then_starting_like_it():
-    assert cj._shape("re-re-read") == "--" and cj._shape("reread") == ""
-    assert cj._pick(("re-read", "reread"), "reread") == "reread"
-    assert cj._pick(("reread", "re-read"), "re-read") == "re-read"
-    assert cj._pick(("gelled", "jelled"), "jell") == "jelled"
-    assert cj._pick(("jelled", "gelled"), "gell") == "gelled"
-    assert cj._pick(("a-b", "ab"), "xy") == "ab"
+    assert lexicon._shape("re-re-read") == "--" and lexicon._shape("reread") == ""
+    assert lexicon._pick(("re-read", "reread"), "reread") == "reread"
+    assert lexicon._pick(("reread", "re-read"), "re-read") == "re-read"
+    assert lexicon._pick(("gelled", "jelled"), "jell") == "jelled"
+    assert lexicon._pick(("jelled", "gelled"), "gell") == "gelled"
+    assert lexicon._pick(("a-b", "ab"), "xy") == "ab"
 
 
 def test_the_regular_pasts_are_what_ed_makes_with_and_without_a_doubled_consonant():
-    assert cj._regular_pasts("stop") == {"stoped", "stopped"}
-    assert "studied" in cj._regular_pasts("study")
+    assert lexicon._regular_pasts("stop") == {"stoped", "stopped"}
+    assert "studied" in lexicon._regular_pasts("study")
 
 
 def test_the_irregular_verbs_are_plain_words_whose_past_or_participle_is_not_regular():
@@ -80,7 +81,7 @@ def test_the_irregular_verbs_are_plain_words_whose_past_or_participle_is_not_reg
     assert table["go"] == ("went", "gone") and table["see"] == ("saw", "seen")
     assert "bake" not in table and "stop" not in table
     assert all(re.fullmatch(r"[a-z]+(?:-[a-z]+)*", verb) for verb in table)
-    assert all(not {past, participle} <= cj._regular_pasts(verb) for verb, (past, participle) in table.items())
+    assert all(not {past, participle} <= lexicon._regular_pasts(verb) for verb, (past, participle) in table.items())
 
 
 @pytest.mark.parametrize("word, says", [

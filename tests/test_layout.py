@@ -159,7 +159,6 @@ LONG_FILES = {
     "models/openai_compat.py": NOT_SPLIT_YET + " (the server client and the runtime over it)",
     "tools/mcp_client.py": "one class: a connection's whole life (spawn, session thread, restart, bounded stop) and how "
                            "each call ends; its argument check, the SIGTERM handler and the child's stderr live elsewhere",
-    "tools/conjugation.py": NOT_SPLIT_YET + " (normalising the arguments, the lexicon and its refusals, the tenses)",
 }
 LONG_FUNCTIONS = {
     "tools/stdio_pipes.py:session_streams": "the two pumps and their shutdown read best together: one protocol",

@@ -192,19 +192,19 @@ class DataFolder:
     ("verb\twhy\n see\tbecause\n", "extra_verbs.tsv:2: expected 2 tab-separated fields, got ' see\\tbecause'"),
 ])
 def test_a_malformed_data_file_is_a_packaging_bug_named_with_its_line(text, error, tmp_path, monkeypatch):
-    from miniagent.tools import conjugation
+    from miniagent.tools import lexicon
 
     (tmp_path / "extra_verbs.tsv").write_text(text, encoding="utf-8")
-    monkeypatch.setattr(conjugation.resources, "files", lambda package: DataFolder(tmp_path))
+    monkeypatch.setattr(lexicon.resources, "files", lambda package: DataFolder(tmp_path))
     with pytest.raises(RuntimeError) as raised:
-        conjugation._tsv("extra_verbs.tsv", ("verb", "why"))
+        lexicon._tsv("extra_verbs.tsv", ("verb", "why"))
     assert str(raised.value) == error
 
 
 def test_the_data_files_rows_are_read_whole(tmp_path, monkeypatch):
-    from miniagent.tools import conjugation
+    from miniagent.tools import lexicon
 
     (tmp_path / "chosen.tsv").write_text("verb\tstem\tform\twhy\nlearn\tpast\tlearned\tUS\nburn\tpast\tburned\tUS\n")
-    monkeypatch.setattr(conjugation.resources, "files", lambda package: DataFolder(tmp_path))
-    assert conjugation._tsv("chosen.tsv", ("verb", "stem", "form", "why")) == [
+    monkeypatch.setattr(lexicon.resources, "files", lambda package: DataFolder(tmp_path))
+    assert lexicon._tsv("chosen.tsv", ("verb", "stem", "form", "why")) == [
         ("learn", "past", "learned", "US"), ("burn", "past", "burned", "US")]

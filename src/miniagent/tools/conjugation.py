@@ -5,24 +5,9 @@ tense, person and verb are validated and normalised first, and every error is
 a ``ConjugationError`` whose message tells the caller (often a small model)
 what *would* have been accepted, so it can correct itself on the next turn.
 
-Every tense is built from five stems -- base, he/she/it form, past, past
-participle, -ing form -- plus auxiliaries.  The stems come from lemminflect's
-verb lexicon (about 6,700 verbs, shipped with the package, read offline); no
-suffix rule is written here.  On top of the lexicon the engine decides four
-things, each one tested:
-
-* spelled like the input: of the spellings the lexicon lists, the first one
-  written like the verb given, hyphens and first letter included (re-read ->
-  re-read, overeat -> overate, jell -> jelled);
-* a regular verb has one past form: when the lexicon's first past is a
-  regular -ed form and its participle is also one of its pasts, the
-  participle is that first past (spelled, has spelled: not "has spelt");
-* ``data/chosen_forms.tsv``: the few forms where the lexicon's first choice is
-  a typo or not the form a learner expects (lain, lit, programmed), each with
-  its reason;
-* verbs the lexicon lacks: ``data/extra_verbs.tsv`` (text, dare), inflected by
-  lemminflect's rules for unknown words, and prefixed verbs (mishear,
-  oversupply), which inflect like the verb after the prefix.
+Every tense is built from five stems -- base, he/she/it form, past, past participle, -ing form -- plus
+auxiliaries; :mod:`miniagent.tools.lexicon` finds the stems (lemminflect's verb lexicon and the engine's
+few decisions on top of it).
 
 Phrasal verbs inflect their first word and keep the particles (give up ->
 has given up); hyphenated verbs the lexicon lacks inflect their last part
@@ -32,13 +17,10 @@ error that says what it is instead: "'went' is the past of 'go'".
 
 from __future__ import annotations
 
-import functools
 import re
-import threading
-from importlib import resources
-from types import ModuleType
 
 from ..agent.grammar import PERSONS, PRONOUNS, TENSES
+from .lexicon import PARTICLES, TAGS, irregular_verbs, library, preload, stems_of
 
 __all__ = [
     "TENSES",
@@ -151,169 +133,6 @@ def subject_for(person: str) -> str:
 
 
 # --------------------------------------------------------------------------
-# The lexicon (lemminflect) and the engine's own decisions on top of it
-# --------------------------------------------------------------------------
-
-# The engine's stem names and the Penn Treebank tags lemminflect files them under.
-_TAGS = {"third": "VBZ", "past": "VBD", "participle": "VBN", "ing": "VBG"}
-_STEMS = tuple(_TAGS)
-_LOAD_LOCK = threading.Lock()
-
-
-@functools.cache
-def _library() -> ModuleType:
-    """lemminflect with its inflection table loaded (once, even from two threads).
-
-    Imported here, not at the top: ``import miniagent.tools.conjugation`` stays
-    cheap for code that only needs TENSES or normalize_tense.  The server loads
-    the table before it serves (see :func:`preload`), so no tool call waits for it.
-    """
-    with _LOAD_LOCK:
-        import lemminflect
-
-        lemminflect.getInflection("be", "VBD")  # the first lookup reads the table
-    return lemminflect
-
-
-def preload() -> None:
-    """Load the lexicon now, so the first conjugation does not wait for it."""
-    _library()
-
-
-def _tsv(name: str, header: tuple[str, ...]) -> list[tuple[str, ...]]:
-    """Rows of a data file; a malformed row is a packaging bug, so fail loudly."""
-    # importlib.resources, not __file__: works from a wheel or a zip as well.
-    text = resources.files("miniagent.tools").joinpath("data", name).read_text("utf-8")
-    lines = text.splitlines()
-    if not lines or tuple(lines[0].split("\t")) != header:
-        raise RuntimeError(f"{name}: header must be {chr(9).join(header)!r}")
-    rows = []
-    for lineno, line in enumerate(lines[1:], start=2):
-        fields = tuple(line.split("\t"))
-        if len(fields) != len(header) or not all(f and f == f.strip() for f in fields):
-            raise RuntimeError(f"{name}:{lineno}: expected {len(header)} tab-separated fields, got {line!r}")
-        rows.append(fields)
-    return rows
-
-
-@functools.cache
-def _chosen_forms() -> dict[str, dict[str, str]]:
-    """verb -> {stem: form} from data/chosen_forms.tsv."""
-    chosen: dict[str, dict[str, str]] = {}
-    for verb, stem, form, _why in _tsv("chosen_forms.tsv", ("verb", "stem", "form", "why")):
-        if stem not in _TAGS or stem in chosen.get(verb, {}):
-            raise RuntimeError(f"chosen_forms.tsv: bad or repeated stem {stem!r} for {verb!r}")
-        chosen.setdefault(verb, {})[stem] = form
-    return chosen
-
-
-@functools.cache
-def _extra_verbs() -> frozenset[str]:
-    return frozenset(verb for verb, _why in _tsv("extra_verbs.tsv", ("verb", "why")))
-
-
-def _shape(word: str) -> str:
-    """The non-letters of a word, in order: '-' for re-read, '' for reread."""
-    return "".join(c for c in word if not c.isalpha())
-
-
-def _pick(spellings: tuple[str, ...], like: str) -> str:
-    """The first spelling written like the input: same hyphens, spaces and apostrophes,
-    then same first letter (jell -> jelled, not the lexicon's first, gelled)."""
-    shape = _shape(like)
-    return min(spellings, key=lambda s: (_shape(s) != shape, s[:1] != like[:1], spellings.index(s)))
-
-
-def _regular_pasts(word: str) -> set[str]:
-    """What -ed would make of ``word`` by lemminflect's rules: baked, studied, stopped."""
-    from lemminflect.core.InflectionRules import InflectionRules
-
-    return {InflectionRules.buildRegVerb(word)[1], InflectionRules.buildDoubledVerb(word)[1]}
-
-
-@functools.lru_cache(maxsize=4096)
-def _lexicon_stems(word: str) -> dict[str, str] | None:
-    """The four stems of a verb the lexicon (or extra_verbs.tsv) knows in full, else None."""
-    lib = _library()
-    if word in _extra_verbs():
-        oov = lib.getAllInflectionsOOV(word, "VERB")  # lemminflect's rules for unknown words
-        spellings = {stem: oov.get(tag, ()) for stem, tag in _TAGS.items()}
-    else:
-        spellings = {stem: lib.getInflection(word, tag, inflect_oov=False) for stem, tag in _TAGS.items()}
-    if not all(spellings.values()):
-        return None  # not a verb, or one with no full conjugation (modals, beware)
-    stems = {stem: _pick(found, word) for stem, found in spellings.items()}
-    # A regular verb has one past form, so its participle is its past (spelled,
-    # has spelled); irregular ones keep their own participle (showed, has shown).
-    if stems["past"] in _regular_pasts(word) and stems["participle"] in spellings["past"]:
-        stems["participle"] = stems["past"]
-    stems.update(_chosen_forms().get(word, {}))
-    return stems
-
-
-# Words that may follow a verb to make a phrasal verb: give up, look after, put up with.
-_PARTICLES = frozenset(
-    "about across after ahead along apart around aside away back behind by down for forth "
-    "forward in into off on onto out over past round through to together under up upon with "
-    "without".split()
-)
-# Prefixes that make new verbs from old ones; a word the lexicon lacks that is
-# one of these plus a known verb inflects like that verb: mishear -> misheard.
-_PREFIXES = ("counter", "under", "over", "fore", "out", "mis", "dis", "pre", "re", "un", "co", "de")
-
-
-@functools.lru_cache(maxsize=4096)
-def _stems(word: str) -> dict[str, str] | None:
-    """Stems of one word (letters and hyphens), or None when it is not a verb the engine knows."""
-    found = _lexicon_stems(word)
-    if found:
-        return found
-    if "-" not in word:  # mishear = mis + hear
-        for prefix in _PREFIXES:
-            rest = word[len(prefix):]
-            if word.startswith(prefix) and len(rest) >= 3 and (inner := _lexicon_stems(rest)):
-                return {stem: prefix + form for stem, form in inner.items()}
-        return None
-    # Hyphenated and not in the lexicon.  The joined word first: co-operate -> co-operated.
-    joined = _lexicon_stems(word.replace("-", ""))
-    if joined:
-        return {stem: _rehyphenate(form, word) for stem, form in joined.items()}
-    # Then the last part: dry-clean -> dry-cleaned.
-    head, _, last = word.rpartition("-")
-    inner = _lexicon_stems(last)
-    return {stem: f"{head}-{form}" for stem, form in inner.items()} if inner else None
-
-
-def _rehyphenate(form: str, like: str) -> str:
-    """Put the input's hyphens back into a form of the joined word, if the letters before each still match."""
-    for i, char in enumerate(like):
-        if char == "-":
-            if form[:i] != like[:i]:
-                return form
-            form = form[:i] + "-" + form[i:]
-    return form
-
-
-def irregular_verbs() -> dict[str, tuple[str, str]]:
-    """base -> (past simple, past participle) for every verb of the lexicon that is irregular.
-
-    Irregular: the past or the participle is not what -ed makes of the base
-    (baked, studied, stopped).  A new dict on every call.
-    """
-    from lemminflect.core.Inflections import Inflections  # the lexicon's word list has no public API
-
-    _library()
-    table = {}
-    for word, tags in sorted(Inflections()._getInflDict().items()):
-        if "VBD" not in tags or not re.fullmatch(r"[a-z]+(?:-[a-z]+)*", word):
-            continue
-        stems = _stems(word)
-        if stems and not {stems["past"], stems["participle"]} <= _regular_pasts(word):
-            table[word] = (stems["past"], stems["participle"])
-    return table
-
-
-# --------------------------------------------------------------------------
 # Verb validation
 # --------------------------------------------------------------------------
 
@@ -365,16 +184,16 @@ def _what_it_is(word: str, particles: str = "") -> str:
     """Why ``word`` is not a verb's base form, as the error message's text."""
     if word in _NOT_VERBS:
         return f"{word!r} is not a verb (it is {_NOT_VERBS[word]})."
-    lib = _library()
+    lib = library()
     lemmas = lib.getAllLemmas(word)  # loads the lemma table: only ever on this error path
     found = []
     for lemma in dict.fromkeys(lemmas.get("VERB", ()) + lemmas.get("AUX", ())):
         if lemma == word:
             continue
-        ours = _stems(lemma) or {}
+        ours = stems_of(lemma) or {}
         tags = [tag for tag, spellings in lib.getAllInflections(lemma, "VERB").items()
                 if word in spellings and tag in _FORM_NAMES]
-        tags += [_TAGS[stem] for stem, form in ours.items() if form == word and _TAGS[stem] not in tags]
+        tags += [TAGS[stem] for stem, form in ours.items() if form == word and TAGS[stem] not in tags]
         names = [_FORM_NAMES[t] for t in _FORM_NAMES if t in tags] or ["a form"]
         found.append((" and ".join(names), lemma))
     if found:
@@ -393,7 +212,7 @@ def _check_word(word: str, particles: str = "") -> None:
     """Raise unless ``word`` (one word, letters and hyphens) is a verb's base form."""
     if word in _MODALS:
         raise ConjugationError(f"{word!r} is not a verb (it is a modal verb, which has no full conjugation).")
-    if _stems(word) is None:
+    if stems_of(word) is None:
         raise ConjugationError(_what_it_is(word, particles))
 
 
@@ -422,10 +241,10 @@ def validate_verb(verb: str) -> str:
         raise ConjugationError(not_one_verb)
     first, *rest = word.split(" ")
     head, *parts = first.split("-")
-    if not rest and parts and all(p in _PARTICLES for p in parts) and _stems(head):
+    if not rest and parts and all(p in PARTICLES for p in parts) and stems_of(head):
         # give-up, log-in: a verb and its particles, hyphenated; conjugated as "give up"
         first, rest = head, parts
-    if any(p not in _PARTICLES for p in rest):
+    if any(p not in PARTICLES for p in rest):
         raise ConjugationError(not_one_verb)
     _check_word(first, "".join(" " + p for p in rest))
     return " ".join([first, *rest])
@@ -442,7 +261,7 @@ _BE_PAST_SINGULAR = {"1st singular", "3rd singular"}  # was; every other person:
 def _forms(verb: str) -> dict[str, str]:
     """The stems every tense is built from; a phrasal verb keeps its particles after each."""
     first, _, particles = verb.partition(" ")
-    stems = _stems(first)
+    stems = stems_of(first)
     assert stems is not None, verb  # validate_verb let it through
     tail = f" {particles}" if particles else ""
     return {stem: form + tail for stem, form in stems.items()}
