@@ -368,7 +368,7 @@ def docs_charts(c):
 def docs_check(c):
     """Headless Chromium reads the built site in Spanish (home, break 00, a hint, the results), searches,
     and follows the language switcher on every page; saves a screenshot of each step."""
-    _run(c, f"{PY} -m pytest -q tests/test_docs_browser.py")
+    _run(c, f"{PY} -m pytest -q tests/docs/test_docs_browser.py")
     print("screenshots: build/docs-check/*.png")
 
 

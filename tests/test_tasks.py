@@ -328,7 +328,7 @@ def test_every_test_file_is_run_by_a_mutation_wing_or_says_why_not():
     survivors were the very mutants they kill."""
     from miniagent.lab.commands.mutants import NO_WING, WINGS
 
-    files = {path.stem for path in (ROOT / "tests").glob("test_*.py")}
+    files = {path.relative_to(ROOT / "tests").with_suffix("").as_posix() for path in (ROOT / "tests").rglob("test_*.py")}
     named = {test for _paths, tests in WINGS.values() for test in tests}
     assert files - named - set(NO_WING) == set(), "a test file no wing runs and NO_WING does not explain"
     assert named | set(NO_WING) <= files, "a wing or NO_WING names a test file that does not exist"

@@ -28,12 +28,12 @@ from ..words import section
 
 NOTE = re.compile(r"counterexample-json: (\{.*\})\s*$")
 SECTION = re.compile(r"^_+ (test_\w+)(?:\[.*\])? _+$")
-PROPERTY_FILES = re.compile(r"tests/test_properties\w*\.py")
+PROPERTY_FILES = re.compile(r"tests/(?:\w+/)?test_properties\w*\.py")
 
 
 @dataclass
 class Counterexample:
-    test: str  # tests/test_properties.py::test_x
+    test: str  # tests/agent/test_properties.py::test_x
     title: dict[str, str]  # what the property states, {"en": ..., "es": ...}
     world: dict[str, str] | None  # the shrunk world in words, {"en": ..., "es": ...}; None: no note was printed
     error: str = ""  # the assertion that failed (last line of its message)

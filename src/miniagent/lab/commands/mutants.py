@@ -48,31 +48,37 @@ def log_path(wing: str) -> Path:
 # models' own.
 WINGS: dict[str, tuple[list[str], list[str]]] = {
     "agent": (["src/miniagent/agent/*"],
-              ["test_guards", "test_config", "test_properties", "test_properties_config", "test_settings_reach",
-               "test_properties_counts", "test_grounding", "test_properties_grounding"]),
+              ["agent/test_guards", "agent/test_config", "agent/test_properties", "agent/test_properties_record",
+               "agent/test_properties_actions", "agent/test_properties_config", "agent/test_grounding",
+               "agent/test_properties_grounding", "lab/test_properties_counts", "test_settings_reach"]),
     "models": (["src/miniagent/models/*"],
-               ["test_amx", "test_model_threads", "test_model_failures", "test_openai_backend", "test_shared_server",
-                "test_settings_reach", "test_model_file", "test_prompt", "test_scripted", "test_cpu_measure", "test_model_parts"]),
+               ["models/test_amx", "models/test_model_threads", "models/test_model_failures",
+                "models/test_openai_backend", "models/test_shared_server", "models/test_model_file",
+                "models/test_prompt", "models/test_scripted", "models/test_cpu_measure", "models/test_model_parts",
+                "test_settings_reach"]),
     "tools": (["src/miniagent/tools/*"],
-              ["test_conjugation", "test_verb_forms", "test_mcp_surface", "test_mcp_server", "test_mcp_client_messages",
-               "test_properties_client", "test_settings_reach", "test_mcp_client_outcomes", "test_conjugation_edges"]),
+              ["tools/test_conjugation", "tools/test_verb_forms", "tools/test_mcp_surface", "tools/test_mcp_server",
+               "tools/test_mcp_client_messages", "tools/test_properties_client", "tools/test_mcp_client_outcomes",
+               "tools/test_conjugation_edges", "test_settings_reach"]),
     "lab": (["src/miniagent/lab/*"],
-            ["test_harness", "test_notebook", "test_exercise_loop", "test_evaluation", "test_classload", "test_crash",
-             "test_properties_counts", "test_properties_edits", "test_properties_harness", "test_lab_output",
-             "test_breaks", "test_counterexamples", "test_tasks", "test_settings_reach", "test_words"]),
+            ["lab/test_harness", "lab/test_notebook", "lab/test_exercise_loop", "lab/test_evaluation",
+             "lab/test_classload", "lab/test_crash", "lab/test_properties_counts", "lab/test_properties_edits",
+             "lab/test_properties_harness", "lab/test_lab_output", "lab/test_breaks", "lab/test_counterexamples",
+             "lab/test_words", "test_tasks", "test_settings_reach"]),
     "cli": (["src/miniagent/cli.py", "src/miniagent/processes.py", "src/miniagent/__main__.py"],
-            ["test_cli", "test_settings_reach", "test_crash", "test_tasks", "test_config", "test_mcp_server"]),
-    "tasks": (["tasks.py"], ["test_tasks", "test_docs_commands"]),
+            ["cli/test_cli", "lab/test_crash", "agent/test_config", "tools/test_mcp_server", "test_tasks",
+             "test_settings_reach"]),
+    "tasks": (["tasks.py"], ["test_tasks", "docs/test_docs_commands"]),
 }
 # The test files no wing runs, each with why. Every other test file must be named by a wing (tests/test_tasks.py
 # checks it): a new test file left out of every wing would kill no mutant, and its wing's score would say so only
 # as survivors nobody can explain.
 NO_WING = {
-    "test_docs": "the docs site: its pages and generated fragments, no package code",
-    "test_docs_browser": "the built site in a browser",
+    "docs/test_docs": "the docs site: its pages and generated fragments, no package code",
+    "docs/test_docs_browser": "the built site in a browser",
     "test_layout": "the source's shape (imports, lengths, docstrings), not its behaviour",
     "test_tutor_e2e": "the real model and server end to end, in subprocesses mutmut does not reach",
-    "test_no_orphans": "signals to agents started as subprocesses, which mutmut does not reach",
+    "cli/test_no_orphans": "signals to agents started as subprocesses, which mutmut does not reach",
 }
 # What the tests read besides the code: mutmut copies these into its own copy too (``also_copy``), where the
 # tests run and where the package's ROOT is.

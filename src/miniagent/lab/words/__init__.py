@@ -3,7 +3,7 @@
 Every report a learner reads in their language (the notebook's blocks, progress, hints, the watcher,
 a crash, a chart, an experiment's verdict) and every sentence the docs generate take their words from
 here, grouped by report: ``words("es")["hints"]["last"]``.  Both files have the same keys and each key
-the same ``{placeholders}`` (``tests/test_words.py``), so a report cannot exist in one language only.
+the same ``{placeholders}`` (``tests/lab/test_words.py``), so a report cannot exist in one language only.
 """
 
 from __future__ import annotations

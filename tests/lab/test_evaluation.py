@@ -11,7 +11,7 @@ import pytest
 
 from miniagent.lab.evaluation import EvalSetError, accepted_forms, is_correct, load_eval_set
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "labs" / "01-tutor-end-to-end"
 SETS = ["eval.jsonl", "heldout.jsonl", "fresh.jsonl", "unseen.jsonl"]
 

@@ -16,7 +16,7 @@ from miniagent.lab.commands import experiment, screen
 from miniagent.lab.harness.record import RunRecord, deadline_note, machine_note
 from miniagent.models.scripted import BEHAVIOURS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EN, ES = lab_words.words("en"), lab_words.words("es")
 
 # The same text in both languages on purpose, each with why.

@@ -18,7 +18,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import miniagent
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def run_session(steps):

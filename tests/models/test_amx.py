@@ -18,7 +18,7 @@ from miniagent.agent.config import ConfigError, load_config
 from miniagent.models import llama_params
 from miniagent.models.llama_params import AmxChoice, choose_amx, cpu_reports_amx, weight_buffers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The flags line of a Sapphire Rapids Xeon (shortened) and of a CPU without AMX.
 AMX_FLAGS = "fpu vme sse sse2 avx avx2 avx512f avx512_vnni amx_bf16 avx512_fp16 amx_tile amx_int8"
 PLAIN_FLAGS = "fpu vme sse sse2 avx avx2 avx512f avx512_vnni"

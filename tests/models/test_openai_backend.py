@@ -18,7 +18,7 @@ import pytest
 
 from miniagent.lab.model_server import free_port, llama_cpp_server
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "What is the past simple of go for she?"
 pytestmark = pytest.mark.real_model
 

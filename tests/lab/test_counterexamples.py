@@ -13,7 +13,7 @@ WORLD = {"en": "A model that repeats one call.\nEvery tool call fails with a too
 PYTEST_OUTPUT = f"""
 =================================== FAILURES ===================================
 _ test_forced_discovery_calls_are_counted_apart_and_follow_every_breaker_trip __
-tests/test_properties.py:219: in test_forced
+tests/agent/test_properties.py:219: in test_forced
 E   AssertionError: assert ['model_action'] == ['failure_breaker']
 E   Failing test case: test_forced(world=World(...))
 E   counterexample-json: {json.dumps(WORLD, ensure_ascii=False)}
@@ -31,7 +31,7 @@ def test_the_shrunk_world_and_the_first_error_line_are_read_per_failing_test():
 
 
 def test_the_page_lists_the_world_in_the_pages_language():
-    found = [ce.Counterexample("tests/test_properties.py::test_x", {"en": "It holds.", "es": "Se cumple."}, WORLD,
+    found = [ce.Counterexample("tests/agent/test_properties.py::test_x", {"en": "It holds.", "es": "Se cumple."}, WORLD,
                                "assert `1` == 2")]
     en, es = ce.render(found, "en", "today"), ce.render(found, "es", "hoy")
     assert "- A model that repeats one call." in en and "Un modelo" not in en
@@ -42,7 +42,7 @@ def test_the_page_lists_the_world_in_the_pages_language():
 def test_every_break_names_a_property_test_with_two_language_titles():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for brk in catalogue(root):
         tests = ce.property_tests(brk)
         assert tests, f"{brk.id} names no property test in [check] tests"

@@ -19,7 +19,7 @@ from miniagent.agent.ports import ModelReply
 from miniagent.models.openai_compat import ServerRuntime
 from miniagent.models.scripted import ScriptedBackend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "What is the past simple of go for she?"
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from miniagent.agent.config import ConfigError, TutorConfig, load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "What is the past simple of go for she?"
 
 

@@ -25,7 +25,7 @@ from miniagent.tools.conjugation import PERSONS, TENSES
 from miniagent.agent.errors import ServerFailed, ToolError, ToolTimeout
 from miniagent.tools.mcp_client import MCPClient
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 SEE = {"verb": "see", "tense": "present perfect", "person": "she"}
 GO = {"verb": "go", "tense": "past simple", "person": "they"}
 
@@ -89,7 +89,7 @@ def test_the_server_leads_its_own_group_and_inherits_only_safe_variables(monkeyp
         assert c.call("conjugate", SEE)  # the hang fault of our environment did not reach it
     assert "MINIAGENT_FAULT_HANG_ON" not in env and env["MINIAGENT_PASSED"] == "1"
     assert env["PATH"].endswith("/nonexistent-marker")
-    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(__file__).resolve().parents[1] / "src")
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(__file__).resolve().parents[2] / "src")
 
 
 # -- bad arguments: a tool error naming the options, and the server stays up --

@@ -22,7 +22,7 @@ from miniagent.agent.loop import grammar_tutor
 from miniagent.agent.ports import Entry
 from miniagent.models.openai_compat import OpenAIBackend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GRACE_S = 0.5  # what theory 05 promises beyond wall_clock_s
 QUESTION = "What is the past simple of go for she?"
 

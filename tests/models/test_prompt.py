@@ -17,7 +17,7 @@ from miniagent.agent.grammar import TENSES
 from miniagent.models import prompt
 from miniagent.tools.server import ToolInputError, conjugate_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EVAL_SETS = sorted((ROOT / "labs").rglob("*.jsonl"))
 PERSONS = ("I", "you", "he", "she", "it", "we", "they")
 
