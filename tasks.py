@@ -16,10 +16,32 @@ import sys
 import tempfile
 from pathlib import Path
 
-from invoke import task
+from invoke import task as invoke_task
 
 ROOT = Path(__file__).resolve().parent
 PY = shlex.quote(sys.executable)
+
+
+def task(*args, **kwargs):
+    """``invoke.task``, with the body run so that SIGTERM and SIGHUP unwind it like Ctrl-C.
+
+    A task's ``finally`` blocks stop what it started in sessions of its own (the agent under the harness,
+    a model server, the learners of a class); killed by ``timeout`` or a closed terminal, Python would skip
+    them and leave those processes behind (``miniagent.processes.stops_unwind``).
+    """
+    def unwinding(body):
+        @functools.wraps(body)
+        def task_body(*a, **k):
+            from miniagent.processes import stops_unwind
+
+            with stops_unwind():
+                return body(*a, **k)
+
+        return task_body
+
+    if len(args) == 1 and callable(args[0]) and not kwargs:  # @task
+        return invoke_task(unwinding(args[0]))
+    return lambda body: invoke_task(*args, **kwargs)(unwinding(body))  # @task(...)
 
 
 def _run(c, command: str, *, trace: Path | None = None, who: str = "process") -> int:

@@ -333,3 +333,60 @@ def test_every_test_file_is_run_by_a_mutation_wing_or_says_why_not():
     assert files - named - set(NO_WING) == set(), "a test file no wing runs and NO_WING does not explain"
     assert named | set(NO_WING) <= files, "a wing or NO_WING names a test file that does not exist"
     assert not named & set(NO_WING)
+
+
+HOLDS_A_CHILD = """
+import subprocess, sys, time
+sys.path.insert(0, {root!r})
+import tasks
+from invoke import Context
+
+@tasks.task
+def holds(c):
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a session of its own, like the agent's
+    try:
+        print(child.pid, flush=True)
+        time.sleep(60)
+    finally:
+        child.kill()
+        child.wait()
+        print("stopped it", flush=True)
+
+holds(Context())
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_task_killed_by_sigterm_or_a_closed_terminal_still_stops_what_it_started(sig):
+    """Every task runs under processes.stops_unwind: its finally blocks run, its exit status names the signal."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDS_A_CHILD.format(root=str(ROOT))], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())  # the task is running and holds its child
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert "stopped it" in out, err
+    assert proc.returncode == 128 + sig
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+
+
+def test_without_it_a_sigterm_skips_the_finally_and_leaves_the_child():
+    """The control experiment: the same body under invoke's own @task."""
+    script = HOLDS_A_CHILD.format(root=str(ROOT)).replace("@tasks.task", "@tasks.invoke_task")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    try:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == -signal.SIGTERM  # died on the spot (the orphan still holds its stdout)
+        os.kill(child, 0)  # still there: the orphan the wrapper prevents
+    finally:
+        os.kill(child, signal.SIGKILL)
+    assert "stopped it" not in proc.stdout.read()
+
+
+def test_the_wrapper_keeps_each_tasks_flags_and_help():
+    import tasks
+
+    assert [a.name for a in tasks.exp.get_arguments()][:3] == ["variant", "input", "timeout"]
+    assert "question" in {a.name for a in tasks.ask.get_arguments()}
+    assert tasks.check_breaks.help["real"].startswith("use each break's own model")

@@ -11,9 +11,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from types import FrameType
-from typing import Any
+from typing import Any, Iterator
 
 # How often a waiting main thread wakes to run Python's signal handlers (see wait_result).
 SIGNAL_CHECK_S = 0.05
@@ -114,7 +115,7 @@ def reap(popen: subprocess.Popen | None, timeout: float = 1.0) -> None:
 
 
 class Terminated(SystemExit):
-    """SIGTERM arrived.  A SystemExit (exit status 143), so it unwinds ``with`` blocks
+    """SIGTERM (or SIGHUP) arrived.  A SystemExit (exit status 128 + the signal: 143 for SIGTERM), so it unwinds ``with`` blocks
     and, if nothing catches it, ends the program quietly like any SystemExit."""
 
 
@@ -141,3 +142,33 @@ def install_sigterm_handler() -> Any:
         raise Terminated(128 + signum)
 
     return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+@contextlib.contextmanager
+def stops_unwind() -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGHUP unwind it like Ctrl-C (the old handlers afterwards).
+
+    For the lab's own commands (``invoke exp``, ``class-load``, ``bench``...): each starts processes in
+    sessions of their own (the agent, a model server), which a signal to the command does not reach; only
+    the command's ``finally`` blocks stop them, and by default SIGTERM (``timeout``, ``kill``) and SIGHUP
+    (the terminal closed) end Python without running any.  Outside the main thread it changes nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = False
+
+    def _on_stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal fired
+        if fired:
+            print(f"{signal.Signals(signum).name} again: already shutting down", file=sys.stderr, flush=True)
+            return
+        fired = True
+        raise Terminated(128 + signum)
+
+    previous = {sig: signal.signal(sig, _on_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

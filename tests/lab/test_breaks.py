@@ -54,8 +54,13 @@ def test_every_break_patch_fits_the_intact_source_line_for_line(brk):
 
 def test_find_by_alias_id_or_number():
     assert find("no-cap").id == find("00-no-cap").id == find("00").id == "00-no-cap"
-    with pytest.raises(BreakError, match="unknown variant 'nope'.*no-cap"):
+    with pytest.raises(BreakError, match="unknown variant 'nope'.*no-cap") as unknown:
         find("nope")
+    assert "invoke --help" not in str(unknown.value)
+    # `invoke exp --help` reaches us as the variant "--help": say where a task's help is
+    with pytest.raises(BreakError, match=r"unknown variant '--help'; .*\(a task's own help: invoke --help TASK, e\.g\. "
+                                         r"invoke --help exp\)$"):
+        find("--help")
 
 
 @pytest.fixture

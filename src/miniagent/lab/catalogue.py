@@ -211,7 +211,9 @@ def find(name: str, root: Path = ROOT) -> Break:
         if name in (brk.id, brk.alias, number_of(brk.id)):
             return brk
     names = ", ".join(b.alias for b in breaks)
-    raise BreakError(f"unknown variant {name!r}; choose one of: baseline, {names}")
+    # invoke reads `invoke exp --help` as the variant "--help": its help is `invoke --help exp`
+    flag = " (a task's own help: invoke --help TASK, e.g. invoke --help exp)" if name.startswith("-") else ""
+    raise BreakError(f"unknown variant {name!r}; choose one of: baseline, {names}{flag}")
 
 
 # `invoke check all` / `invoke watch all`: every guard test, not one break's
