@@ -167,3 +167,24 @@ def test_one_usable_cpu_is_not_measured(monkeypatch):
     monkeypatch.setattr(models, "usable_cpus", lambda: 1)
     monkeypatch.setattr(models, "busy_elsewhere", lambda: pytest.fail("measured a single CPU"))
     assert models.choose_threads(0) == (1, "auto: usable CPUs 1, busy with other programs 0.0")
+
+
+def test_busy_ticks_divides_by_the_kernels_tick_rate_and_assumes_100_where_there_is_none(tmp_path, monkeypatch):
+    stat = stat_file(tmp_path, "cpu  100 20 30 400 50 6 7 8")
+    asked = []
+    monkeypatch.setattr(os, "sysconf", lambda name: asked.append(name) or 250)
+    assert models._busy_ticks(stat) == (pytest.approx(171 / 250), pytest.approx(621 / 250))
+    assert asked == ["SC_CLK_TCK"]
+    monkeypatch.delattr(os, "sysconf")
+    assert models._busy_ticks(stat) == (pytest.approx(1.71), pytest.approx(6.21))
+
+
+def test_busy_elsewhere_measures_a_quarter_second_by_default_and_one_core_when_the_count_is_unknown(monkeypatch):
+    ticks, own = [(10.0, 100.0), (11.5, 102.0)], [5.0, 5.0]
+    monkeypatch.setattr(models, "_busy_ticks", lambda: ticks.pop(0))
+    monkeypatch.setattr(models, "_own_tree_seconds", lambda: own.pop(0))
+    clock = Clock(10.0, 11.0)
+    monkeypatch.setattr(models, "time", types.SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert models.busy_elsewhere() == pytest.approx(0.75)  # 1.5 of 2 tick-seconds busy, on one core
+    assert clock.slept == [0.25]

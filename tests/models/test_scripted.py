@@ -193,3 +193,57 @@ def test_the_final_round_answers_with_the_latest_result_or_says_there_is_none(be
     assert action(model, pad, first_turn=False, final=True) == {"answer": "she was swimming"}
     assert action(model, pad_after((CALL, "error: no")), first_turn=False, final=True) == \
         {"answer": "I could not work it out"}
+
+
+def test_guess_call_takes_the_longest_tense_named_and_the_first_pronoun_in_the_question():
+    assert guess_call("Is it past simple or future continuous of go for I?")["tense"] == "future continuous"
+    assert guess_call("What is the past simple of go for they, not he?")["person"] == "they"
+
+
+def test_a_stand_in_made_without_a_behaviour_is_the_oracle_and_defaults_mean_a_first_ordinary_turn():
+    assert ScriptedBackend().name == "scripted:oracle"
+    model = ScriptedBackend("rambler")
+    assert json.loads(model.next_action([Entry("question", QUESTION)], first_turn=True).text)["tool"] == "conjugate"
+    pad = pad_after((CALL, "she was swimming"))
+    assert model.next_action(pad, first_turn=False).text.startswith('{"answer": "')  # no partial reply given
+    oracle = ScriptedBackend("oracle")
+    out = oracle.next_action([Entry("question", QUESTION)], first_turn=True)  # not the final round
+    assert json.loads(out.text)["tool"] == "conjugate" and 0 <= out.latency_s < 60
+
+
+def test_garbler_cycles_through_its_three_garbles_in_order_counting_its_own_turns():
+    model = ScriptedBackend("garbler")
+    pad = [Entry("question", QUESTION)]
+    expected = ['Sure! Here is the action: {"tool": "conjugate"',
+                json.dumps({"tool": "conjugate_verb", **CALL}),
+                json.dumps({"tool": "conjugate", **CALL, "tense": "yesterday"})]
+    for turn in range(4):
+        out = reply(model, pad, first_turn=turn == 0)
+        assert (out.text, out.finish_reason) == (expected[turn % 3], "stop")
+        pad += [Entry("action", out.text), Entry("observation", "error: invalid action")]
+
+
+@pytest.mark.parametrize("behaviour", ["oracle", "knowall", "literal"])
+def test_a_result_with_two_notes_is_answered_without_either(behaviour):
+    model = ScriptedBackend(behaviour)
+    pad = pad_after((CALL, "she swam (past simple) (irregular)"))
+    assert action(model, pad, first_turn=False) == {"answer": "she swam"}
+
+
+def test_clumsy_answers_a_result_with_two_notes_without_either():
+    model = ScriptedBackend("clumsy")
+    pad = pad_after(({"verb": "lovingly"}, "error: no")) + [Entry("action", "{}"), Entry("observation", TENSE_LIST),
+                                                         Entry("action", "{}"), Entry("observation", "she swam (a) (b)")]
+    assert action(model, pad, first_turn=False) == {"answer": "she swam"}
+
+
+def test_the_final_round_takes_the_last_of_three_results():
+    model = ScriptedBackend("oracle")
+    pad = pad_after((CALL, "one (a)"), (CALL, "two (b)"), (CALL, "three (c) (d)"))
+    assert action(model, pad, first_turn=False, final=True) == {"answer": "three"}
+
+
+def test_literal_calls_when_the_turn_offers_no_answer_even_after_a_result():
+    model = ScriptedBackend("literal")
+    pad = pad_after((CALL, "she was swimming"))
+    assert action(model, pad, first_turn=False, may_answer=False)["tool"] == "conjugate"
