@@ -62,3 +62,45 @@ def test_llama_log_keeps_the_load_log_only_while_capturing_and_never_fails_outsi
 
         llama_cpp.llama_log_set(LLAMA_LOG._callback, ctypes.c_void_p(0))
     assert [f.exc_value for f in failed] == []
+
+
+def status_error(body, message="Error code: 400"):
+    """The error the openai client raises for an HTTP 400, built as the client builds it."""
+    import openai
+
+    try:
+        import httpx2 as httpx  # the HTTP library of the openai client 3.x
+    except ImportError:  # pragma: no cover - older clients
+        import httpx
+
+    response = httpx.Response(400, request=httpx.Request("POST", "http://server/v1/completions"))
+    return openai.BadRequestError(message, response=response, body=body)
+
+
+@pytest.mark.parametrize("body, said", [
+    ({"error": {"message": "response_format must be json_object", "detail": "x"}}, "response_format must be json_object"),
+    ({"error": {"detail": "unknown model 'gemma'"}}, "unknown model 'gemma'"),
+    ({"error": {"code": 7}}, '{"code": 7}'),        # neither message nor detail: the whole error, as JSON
+    ({"error": "slots are full"}, "slots are full"),
+    ({"detail": "Not Found"}, "Not Found"),  # no "error" key: the body itself is read the same way
+    ("  plain text from a proxy \n", "plain text from a proxy"),
+    ("   ", "Error code: 400"),                      # an empty body: the client's own message
+    (None, "Error code: 400"),
+])
+def test_a_refusal_says_the_servers_own_words(body, said):
+    from miniagent.models.openai_compat import _status_detail
+
+    assert _status_detail(status_error(body)) == said
+
+
+def test_without_a_message_attribute_the_error_itself_is_shown():
+    from miniagent.models.openai_compat import _status_detail
+
+    assert _status_detail(ValueError("the connection reset")) == "the connection reset"
+
+
+def test_a_refused_request_keeps_its_status():
+    from miniagent.models.openai_compat import RequestRefused
+
+    refused = RequestRefused("the model server answered HTTP 404: gone", 404)
+    assert (str(refused), refused.status) == ("the model server answered HTTP 404: gone", 404)
