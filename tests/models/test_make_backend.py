@@ -99,18 +99,18 @@ def test_only_the_llama_backend_measures_threads_and_loads_weights_here(llm, run
 def test_the_model_loads_in_a_daemon_thread_and_a_failed_load_reaches_whoever_waits(monkeypatch):
     from miniagent.models import llama_runtime
 
-    release, seen = threading.Event(), {}
+    release, started, seen = threading.Event(), threading.Event(), {}
 
     def load_weights(path, amx):
         seen["thread"] = threading.current_thread()
         seen["args"] = (path, amx)
+        started.set()
         release.wait(10)
         raise FileNotFoundError(f"model file not found: {path}")
 
     monkeypatch.setattr(llama_runtime, "load_weights", load_weights)
-    loading = models.start_loading(TutorConfig(llm="llama", model="/nowhere.gguf", llama_amx="on"))
-    while "thread" not in seen:
-        threading.Event().wait(0.01)
+    loading = models.start_loading(TutorConfig(llm="llama:q4", model="/nowhere.gguf", llama_amx="on"))  # kind:detail
+    assert loading is not None and started.wait(10), "the load never started"
     assert seen["thread"].daemon and seen["thread"].name == "miniagent-model-load"  # an interrupted start-up
     assert seen["args"] == ("/nowhere.gguf", AmxChoice(True, "forced by llama_amx = on"))  # does not wait on it
     release.set()
