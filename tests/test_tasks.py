@@ -390,3 +390,32 @@ def test_the_wrapper_keeps_each_tasks_flags_and_help():
     assert [a.name for a in tasks.exp.get_arguments()][:3] == ["variant", "input", "timeout"]
     assert "question" in {a.name for a in tasks.ask.get_arguments()}
     assert tasks.check_breaks.help["real"].startswith("use each break's own model")
+
+
+def test_task_decorates_both_ways_and_runs_the_body_with_sigterm_and_sighup_unwinding():
+    import tasks
+    from invoke import Task
+
+    def handlers():
+        return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+    before, seen = handlers(), {}
+
+    def plain(c, name="x"):
+        """A plain task."""
+        seen["plain"] = (name, handlers())
+        return "plain done"
+
+    def with_help(c, name="y"):
+        seen["with_help"] = (name, handlers())
+        return "help done"
+
+    bare, helped = tasks.task(plain), tasks.task(help={"name": "who"}, positional=["name"])(with_help)
+    assert isinstance(bare, Task) and isinstance(helped, Task)
+    assert bare.__doc__ == "A plain task." and helped.help == {"name": "who"} and helped.positional == ["name"]
+    assert [a.name for a in helped.get_arguments()] == ["name"]
+    assert bare(Context(), name="a") == "plain done" and helped(Context(), "b") == "help done"
+    for name, (arg, inside) in seen.items():
+        assert arg in ("a", "b")
+        assert all(callable(h) and h not in (signal.SIG_DFL, signal.SIG_IGN) for h in inside.values()), name
+    assert handlers() == before  # put back after each body
