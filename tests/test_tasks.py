@@ -419,3 +419,7 @@ def test_task_decorates_both_ways_and_runs_the_body_with_sigterm_and_sighup_unwi
         assert arg in ("a", "b")
         assert all(callable(h) and h not in (signal.SIG_DFL, signal.SIG_IGN) for h in inside.values()), name
     assert handlers() == before  # put back after each body
+    # invoke's other forms pass through as they are: @task() and @task(pre_task, ...)
+    assert tasks.task()(plain)(Context()) == "plain done"
+    after = tasks.task(bare, name="after")(with_help)
+    assert list(after.pre) == [bare] and after.name == "after"
