@@ -1,4 +1,5 @@
-"""processes.py in the test process: SIGTERM and SIGHUP turned into an unwinding exception, and put back after.
+"""processes.py in the test process: SIGTERM and SIGHUP turned into an unwinding exception (and put back after),
+and the process-group helpers the MCP client and the harness stop their children with, on real children.
 
 The tasks' and the agent's own tests send these signals to subprocesses (tests/test_tasks.py,
 tests/tools/test_mcp_server.py); these send them to the test process itself, so each line of the handlers runs here.
@@ -8,11 +9,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 
+import psutil
 import pytest
 
-from miniagent.processes import Terminated, install_sigterm_handler, stops_unwind
+from miniagent.processes import (Terminated, install_sigterm_handler, reap, signal_group, signal_leader, stop_process,
+                                 stops_unwind)
 
 
 @pytest.fixture
@@ -77,3 +82,65 @@ def test_the_agents_handler_turns_only_the_first_sigterm_into_terminated(handler
     os.kill(os.getpid(), signal.SIGTERM)  # a second one: said, not raised
     signal.sigtimedwait([], 0)
     assert capsys.readouterr().err == "SIGTERM again: already shutting down\n"
+
+
+# --- the process-group helpers, on real children ---------------------------------------------------------------
+TRAPS_SIGTERM = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)"
+
+
+def child(*, own_group: bool, traps_sigterm: bool = False) -> subprocess.Popen:
+    code = TRAPS_SIGTERM if traps_sigterm else "import time; print(1, flush=True); time.sleep(60)"
+    popen = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=own_group)
+    popen.stdout.readline()  # running (and its SIGTERM trap set)
+    return popen
+
+
+def test_signal_group_signals_a_group_refuses_our_own_and_says_when_there_is_none():
+    popen = child(own_group=True)
+    try:
+        assert signal_group(popen.pid, 0) is True  # it exists
+        assert signal_group(os.getpgrp(), signal.SIGTERM) is False  # never our own group (we would be signalled)
+        assert signal_group(popen.pid, signal.SIGKILL) is True
+        popen.wait(10)
+        assert signal_group(popen.pid, 0) is False  # gone
+    finally:
+        reap(popen)
+
+
+def test_signal_leader_signals_a_leaders_group_a_member_alone_and_nothing_once_it_is_gone():
+    leader = child(own_group=True)
+    member = child(own_group=False)  # in our group: signalling its group would signal us
+    try:
+        signal_leader(psutil.Process(member.pid), signal.SIGKILL)
+        assert member.wait(10) == -signal.SIGKILL
+        signal_leader(psutil.Process(leader.pid), signal.SIGKILL)
+        assert leader.wait(10) == -signal.SIGKILL
+    finally:
+        reap(leader)
+        reap(member)
+    gone = psutil.Process.__new__(psutil.Process)
+    gone.is_running = lambda: False  # a process whose pid may already be someone else's
+    signal_leader(gone, signal.SIGKILL)  # not sent, no error
+
+
+def test_stop_process_terminates_within_the_grace_and_kills_what_ignores_sigterm():
+    polite, stubborn = child(own_group=True), child(own_group=True, traps_sigterm=True)
+    try:
+        stop_process(psutil.Process(polite.pid), grace=30)
+        assert polite.wait(10) == -signal.SIGTERM  # SIGTERM was enough: no SIGKILL after it
+        stop_process(psutil.Process(stubborn.pid), grace=0.2)
+        assert stubborn.wait(10) == -signal.SIGKILL  # ignored SIGTERM for the whole grace, then killed
+        stop_process(None, grace=0)  # nothing to stop
+    finally:
+        reap(polite)
+        reap(stubborn)
+
+
+def test_reap_collects_a_dead_child_and_kills_one_that_outlives_its_wait():
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    reap(dead, timeout=30)
+    assert dead.returncode == 0
+    stubborn = child(own_group=True, traps_sigterm=True)
+    reap(stubborn, timeout=0.1)  # still alive after 0.1 s: SIGKILL, then reaped
+    assert stubborn.returncode == -signal.SIGKILL
+    reap(None)
