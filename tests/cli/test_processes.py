@@ -16,8 +16,8 @@ import threading
 import psutil
 import pytest
 
-from miniagent.processes import (Terminated, install_sigterm_handler, reap, signal_group, signal_leader, stop_process,
-                                 stops_unwind)
+from miniagent.processes import (Terminated, alive, install_sigterm_handler, reap, signal_group, signal_leader,
+                                 stop_process, stops_unwind)
 
 
 @pytest.fixture
@@ -86,10 +86,14 @@ def test_the_agents_handler_turns_only_the_first_sigterm_into_terminated(handler
 
 # --- the process-group helpers, on real children ---------------------------------------------------------------
 TRAPS_SIGTERM = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)"
+# Takes a moment to exit on SIGTERM (it cleans up), then exits with status 3.
+SLOW_TO_EXIT = ("import signal, sys, time\n"
+                "def stop(*_):\n    time.sleep(0.3)\n    sys.exit(3)\n"
+                "signal.signal(signal.SIGTERM, stop); print(1, flush=True); time.sleep(60)")
 
 
-def child(*, own_group: bool, traps_sigterm: bool = False) -> subprocess.Popen:
-    code = TRAPS_SIGTERM if traps_sigterm else "import time; print(1, flush=True); time.sleep(60)"
+def child(*, own_group: bool, traps_sigterm: bool = False, code: str | None = None) -> subprocess.Popen:
+    code = code or (TRAPS_SIGTERM if traps_sigterm else "import time; print(1, flush=True); time.sleep(60)")
     popen = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=own_group)
     popen.stdout.readline()  # running (and its SIGTERM trap set)
     return popen
@@ -134,6 +138,26 @@ def test_stop_process_terminates_within_the_grace_and_kills_what_ignores_sigterm
     finally:
         reap(polite)
         reap(stubborn)
+
+
+def test_stop_process_waits_the_grace_for_a_child_that_takes_a_moment_to_exit():
+    slow = child(own_group=True, code=SLOW_TO_EXIT)
+    try:
+        stop_process(psutil.Process(slow.pid), grace=30)
+        assert slow.wait(10) == 3  # it finished its clean-up: not killed 0.3 s into it
+    finally:
+        reap(slow)
+
+
+def test_a_process_whose_state_cannot_be_read_is_not_alive():
+    class Unreadable:
+        def is_running(self):
+            return True
+
+        def status(self):
+            raise psutil.AccessDenied(1)
+
+    assert alive(Unreadable()) is False and alive(None) is False
 
 
 def test_reap_collects_a_dead_child_and_kills_one_that_outlives_its_wait():
