@@ -181,7 +181,7 @@ def _repo_copy(tmp_path: Path) -> Path:
 def test_check_breaks_fails_when_a_named_guard_test_no_longer_exists(tmp_path, capsys):
     """A renamed guard test makes pytest exit 4 against the broken copy: that must never read as "caught"."""
     tree = _repo_copy(tmp_path)
-    guards = tree / "tests" / "test_guards.py"
+    guards = tree / "tests" / "agent" / "test_guards.py"
     guards.write_text(guards.read_text().replace("def test_turn_cap_stops_a_model_that_never_answers(",
                                                  "def test_turn_cap_renamed(", 1))
     assert maintainer.check_breaks(only="no-cap", root=tree) == 1
