@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 # How often a waiting main thread wakes to run Python's signal handlers (see wait_result).
 SIGNAL_CHECK_S = 0.05
@@ -115,33 +115,39 @@ def reap(popen: subprocess.Popen | None, timeout: float = 1.0) -> None:
 
 
 class Terminated(SystemExit):
-    """SIGTERM (or SIGHUP) arrived.  A SystemExit (exit status 128 + the signal: 143 for SIGTERM), so it unwinds ``with`` blocks
-    and, if nothing catches it, ends the program quietly like any SystemExit."""
+    """SIGTERM (or SIGHUP) arrived.  A SystemExit (exit status 128 + the signal: 143 for SIGTERM), so it unwinds
+    ``with`` blocks and, if nothing catches it, ends the program quietly like any SystemExit."""
 
 
-def install_sigterm_handler() -> Any:
-    """Turn SIGTERM into :class:`Terminated` raised in the main thread.
+def _raise_once() -> Callable[[int, FrameType | None], None]:
+    """A signal handler that raises :class:`Terminated` the first time and only says so after that.
 
-    Python's default for SIGTERM is to die on the spot, skipping ``finally``
-    and ``__exit__``: the client never gets to stop its server, and a wedged
-    server survives as an orphan.  Raising instead unwinds the stack like
-    Ctrl-C does.  Only the first SIGTERM raises; later ones are ignored so
-    they cannot interrupt the cleanup the first one started (close() is
-    bounded, and SIGKILL still works).
-
-    Must be called from the main thread.  Returns the previous handler.
-    """
+    Later signals must not interrupt the clean-up the first one started (each clean-up is bounded, and SIGKILL
+    still works)."""
     fired = False
 
-    def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
         nonlocal fired
         if fired:
-            print("SIGTERM again: already shutting down", file=sys.stderr, flush=True)
+            print(f"{signal.Signals(signum).name} again: already shutting down", file=sys.stderr, flush=True)
             return
         fired = True
         raise Terminated(128 + signum)
 
-    return signal.signal(signal.SIGTERM, _on_sigterm)
+    return _on_signal
+
+
+def install_sigterm_handler() -> Any:
+    """Turn SIGTERM into :class:`Terminated` raised in the main thread (the agent's whole run).
+
+    Python's default for SIGTERM is to die on the spot, skipping ``finally``
+    and ``__exit__``: the client never gets to stop its server, and a wedged
+    server survives as an orphan.  Raising instead unwinds the stack like
+    Ctrl-C does.  Only the first SIGTERM raises.
+
+    Must be called from the main thread.  Returns the previous handler.
+    """
+    return signal.signal(signal.SIGTERM, _raise_once())
 
 
 @contextlib.contextmanager
@@ -156,19 +162,10 @@ def stops_unwind() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    fired = False
-
-    def _on_stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal fired
-        if fired:
-            print(f"{signal.Signals(signum).name} again: already shutting down", file=sys.stderr, flush=True)
-            return
-        fired = True
-        raise Terminated(128 + signum)
-
-    previous = {sig: signal.signal(sig, _on_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    handler = _raise_once()  # one for both: a SIGHUP after a SIGTERM is the second signal, not a new first
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
