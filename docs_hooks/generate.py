@@ -38,8 +38,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from miniagent.lab.catalogue import LANGS, Break, alias_of, number_of
-from miniagent.lab.words import section, words
+from miniagent.lab.catalogue import Break, alias_of, number_of
+from miniagent.lab.words import LANGS, section, words
 
 log = logging.getLogger("mkdocs.hooks.generate")
 

@@ -14,8 +14,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .words import LANGS
+
 ROOT = Path(__file__).resolve().parents[3]
-LANGS = ("en", "es")
 
 
 # A break's id is its number and its alias: "00-no-cap". Learners type either, or the whole id.

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..catalogue import ALL, ROOT, BreakError, guard_tests
-from ..words import section
+from ..words import LANGS, section
 
 SAVES = {"created", "modified", "moved", "deleted", "closed"}  # watchdog event types ("closed": after a write)
 DEBOUNCE_S = 0.3  # an editor's save is often several events; wait for them to settle
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Re-run a break's guard tests on every save under src/.")
     parser.add_argument("variant", help="a break (alias, id or number), or 'all'")
     parser.add_argument("--root", type=Path, default=ROOT, help="the lab's folder (default: this checkout)")
-    parser.add_argument("--lang", choices=("en", "es"), default="en")
+    parser.add_argument("--lang", choices=LANGS, default="en")
     parser.add_argument("--max-runs", type=int, default=None, help="stop after N test runs")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a polite kill ends it like Ctrl-C

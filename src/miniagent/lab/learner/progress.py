@@ -26,12 +26,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from ..words import section
+from ..words import LANGS, section
 from .paths import learner_folder, notebook_path
 
 STATE_FILE = "progress.json"
 VERSION = 1
-LANGS = ("en", "es")
 CURRENT_LEARNER = Path(".miniagent") / "learner"
 
 # The per-break counters and their types (None allowed for the timestamps).
