@@ -183,3 +183,32 @@ def test_no_file_or_function_is_longer_than_a_reader_can_hold_but_the_listed_one
         {n: files.get(n) for n in set(LONG_FILES) ^ {n for n, lines in files.items() if lines > MAX_FILE_LINES}}
     assert {n for n, lines in functions.items() if lines > MAX_FUNCTION_LINES} == set(LONG_FUNCTIONS), \
         {n: functions.get(n) for n in set(LONG_FUNCTIONS) ^ {n for n, v in functions.items() if v > MAX_FUNCTION_LINES}}
+
+
+# Asking the machine about its CPUs: how many there are, which ones we may use, how busy they are.  One module
+# answers (``miniagent.processes``), so the thread choice, the harness's busy-machine note and the benchmark
+# cannot count the same machine three ways.
+MACHINE_CPU_CALLS = {("os", "cpu_count"), ("os", "sched_getaffinity"), ("os", "getloadavg"),
+                     ("psutil", "cpu_count"), ("psutil", "cpu_times"), ("psutil", "cpu_percent")}
+
+
+def machine_cpu_calls(text: str) -> set[str]:
+    """``module.function`` for each call in ``text`` that asks the machine (not one process) about its CPUs."""
+    found = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and (node.func.value.id, node.func.attr) in MACHINE_CPU_CALLS:
+            found.add(f"{node.func.value.id}.{node.func.attr}")
+    return found
+
+
+def test_only_the_process_module_asks_the_machine_about_its_cpus():
+    askers = {path.relative_to(PACKAGE).as_posix(): calls for path in sorted(PACKAGE.rglob("*.py"))
+              if (calls := machine_cpu_calls(path.read_text(encoding="utf-8")))}
+    assert set(askers) == {"processes.py"}, askers
+
+
+def test_the_cpu_check_sees_a_second_asker():
+    assert machine_cpu_calls("import os, psutil\nn = os.cpu_count()\nt = psutil.cpu_times()\n") == \
+        {"os.cpu_count", "psutil.cpu_times"}
+    assert machine_cpu_calls("import psutil\np = psutil.Process()\nt = p.cpu_times()\n") == set()  # one process's

@@ -1,4 +1,4 @@
-"""Processes, threads and signals: what the tool client, the model backends and the harness share.
+"""Processes, signals and CPU: what the tool client, the model backends and the harness share.
 
 A leaf module: it imports nothing else of miniagent, so every wing may use it.
 """
@@ -107,6 +107,95 @@ def reap(popen: subprocess.Popen | None, timeout: float = 1.0) -> None:
         popen.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(timeout)
+
+
+# --------------------------------------------------------------------------
+# CPU: how many cores there are, and how many of them other programs keep busy.  One measure for every wing:
+# llama.cpp's thread count, the harness's busy-machine note and the benchmark's all read it here.
+# --------------------------------------------------------------------------
+
+
+def machine_cores() -> int:
+    """The machine's cores: what CPU percentages are scaled by (100 = one core, 100 x this = all of them)."""
+    return os.cpu_count() or 1
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (taskset, cgroup cpusets), not the machine's total."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows
+        return machine_cores()
+
+
+def busy_and_total(times: Any) -> tuple[float, float]:
+    """(busy, total) CPU seconds in one of psutil's ``cpu_times()`` readings: idle and iowait are not busy, and
+    guest time is left out of the total (Linux counts it inside user and nice already)."""
+    fields = times._asdict()
+    total = sum(value for name, value in fields.items() if not name.startswith("guest"))
+    return total - fields["idle"] - fields.get("iowait", 0.0), total
+
+
+def machine_busy_s() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine since boot, all cores summed; None where it cannot be read."""
+    import psutil
+
+    try:
+        return busy_and_total(psutil.cpu_times())
+    except (psutil.Error, OSError):
+        return None
+
+
+def own_tree_seconds() -> float:
+    """CPU seconds used so far by this process and every descendant (the MCP server may be starting meanwhile)."""
+    import psutil
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:  # gone meanwhile
+            continue
+    return total
+
+
+class OtherPrograms:
+    """Cores kept busy by programs that are not ours, reading by reading (1.0 = one core).
+
+    The machine's busy share of all its cores between two readings, minus what our own processes used in the
+    same interval (the caller says how much: a tree it samples, or its own CPU seconds).  Ticks are coarse, so
+    the busy time is taken as a share of the ticks that passed, not as seconds."""
+
+    def __init__(self) -> None:
+        self._last, self._at = machine_busy_s(), time.monotonic()
+
+    def cores(self, ours: float) -> float | None:
+        """Cores busy elsewhere since the previous reading (or the start), given ``ours``: the cores our own
+        processes kept busy meanwhile.  None when the interval measured nothing."""
+        now, at = machine_busy_s(), time.monotonic()
+        first, self._last, self._at, elapsed = self._last, now, at, at - self._at
+        if first is None or now is None or elapsed <= 0 or now[1] <= first[1]:
+            return None
+        share = (now[0] - first[0]) / (now[1] - first[1])
+        return max(0.0, share * machine_cores() - ours)
+
+
+def busy_elsewhere(window: float = 0.25) -> float | None:
+    """Cores kept busy by other programs right now (1.0 = one core), measured over ``window`` s; None when the
+    machine's CPU cannot be read.  This process and its children are ours, not others'."""
+    others, own, started = OtherPrograms(), own_tree_seconds(), time.monotonic()
+    time.sleep(window)
+    own, elapsed = own_tree_seconds() - own, time.monotonic() - started
+    return others.cores(own / elapsed if elapsed > 0 else 0.0)
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, or None where the system has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 # --------------------------------------------------------------------------

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-
-import psutil
 import pytest
-from helpers import start_foreign_spinner
 
 from miniagent import models
 from miniagent.agent.config import ConfigError, load_config
-from miniagent.models import busy_elsewhere, resolve_threads, usable_cpus
+from miniagent.models import resolve_threads
 
 
 def test_auto_is_the_default_and_a_negative_count_is_refused():
@@ -37,41 +31,14 @@ def test_an_explicit_count_is_used_as_given(monkeypatch):
     (1, 0.0, 1),
 ])
 def test_auto_counts_the_free_cores(monkeypatch, cpus, others, threads):
-    monkeypatch.setattr(models, "usable_cpus", lambda: cpus)
+    monkeypatch.setattr(models, "usable_cores", lambda: cpus)
     monkeypatch.setattr(models, "busy_elsewhere", lambda *a: others)
     assert resolve_threads(0) == threads
 
 
-def test_our_own_tree_is_not_counted_as_other_work(monkeypatch):
-    # Machine: 2 CPUs, 1.5 of them busy during the window; we (and our children) used 1.0 of it.
-    ticks = iter([(100.0, 400.0), (101.5, 402.0)])
-    own = iter([10.0, 11.0])
-    clock = iter([0.0, 1.0])
-    monkeypatch.setattr(models, "_busy_ticks", lambda: next(ticks))
-    monkeypatch.setattr(models, "_own_tree_seconds", lambda: next(own))
-    monkeypatch.setattr(models.time, "monotonic", lambda: next(clock))
-    monkeypatch.setattr(models.time, "sleep", lambda s: None)
-    monkeypatch.setattr(models.os, "cpu_count", lambda: 2)
-    assert busy_elsewhere(1.0) == pytest.approx(0.5)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat")
-def test_a_program_spinning_elsewhere_is_seen():
-    """A busy loop that is not our child (its parent has exited) shows up as about one busy core."""
-    spinner = start_foreign_spinner()
-    try:
-        time.sleep(0.3)  # let it get going
-        others = busy_elsewhere(1.0)
-        assert others is not None and 0.7 <= others <= usable_cpus() + 0.1, others
-    finally:
-        spinner.kill()
-        psutil.wait_procs([spinner], timeout=5)  # init reaps it; gone (or a zombie) is enough
-        assert not spinner.is_running() or spinner.status() == psutil.STATUS_ZOMBIE
-
-
 def test_only_a_model_run_here_gets_its_threads_measured(monkeypatch):
     monkeypatch.setattr(models, "busy_elsewhere", lambda window=0.25: 0.0)
-    monkeypatch.setattr(models, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(models, "usable_cores", lambda: 2)
     assert models.threads_for(load_config(cli={"llm": "scripted:oracle"})) is None
     assert models.threads_for(load_config(cli={"llm": "openai"})) is None
     assert models.threads_for(load_config(cli={"llm": "llama", "n_threads": 3})) == (3, "")
@@ -131,3 +98,24 @@ def test_a_model_file_that_cannot_be_loaded_ends_the_start_up_with_its_error(tmp
     with pytest.raises(FileNotFoundError, match="model file not found"):
         with TutorSession(load_config(cli={"llm": "llama", "model": str(tmp_path / "absent.gguf")})):
             pass
+
+
+def test_choose_threads_keeps_a_given_count_and_otherwise_leaves_others_their_cores(monkeypatch):
+    asked = []
+    monkeypatch.setattr(models, "busy_elsewhere", lambda: asked.append(1) or 1.5)
+    monkeypatch.setattr(models, "usable_cores", lambda: 4)
+    assert models.choose_threads(1) == (1, "")
+    assert models.choose_threads(6) == (6, "")
+    assert asked == []
+    # 4 usable, 1.5 busy elsewhere: a core counts as free when others use under half of it -> 3 (2.5 rounds up)
+    assert models.choose_threads(0) == (3, "auto: usable CPUs 4, busy with other programs 1.5")
+    monkeypatch.setattr(models, "busy_elsewhere", lambda: None)
+    assert models.choose_threads(0) == (4, "auto: usable CPUs 4, busy with other programs unknown")
+    monkeypatch.setattr(models, "busy_elsewhere", lambda: 9.0)
+    assert models.choose_threads(0) == (1, "auto: usable CPUs 4, busy with other programs 9.0")  # at least one
+
+
+def test_one_usable_core_is_not_measured(monkeypatch):
+    monkeypatch.setattr(models, "usable_cores", lambda: 1)
+    monkeypatch.setattr(models, "busy_elsewhere", lambda: pytest.fail("measured a single CPU"))
+    assert models.choose_threads(0) == (1, "auto: usable CPUs 1, busy with other programs 0.0")

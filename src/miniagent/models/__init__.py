@@ -8,12 +8,11 @@ stand-in for fast tests and exact demos.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import time
 from concurrent.futures import Future
 
 from ..agent.ports import Backend
+from ..processes import busy_elsewhere, usable_cores
 
 log = logging.getLogger("miniagent")
 
@@ -93,70 +92,6 @@ def make_backend(config, threads: tuple[int, str] | None = None, weights=None) -
 # cores that are free now, not the cores the machine has.
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on (taskset, cgroup cpusets), not the machine's total."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # macOS, Windows
-        return os.cpu_count() or 1
-
-
-def _busy_ticks(stat: str = "/proc/stat") -> tuple[float, float] | None:
-    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat; None elsewhere."""
-    try:
-        with open(stat, encoding="ascii") as fh:
-            fields = [float(x) for x in fh.readline().split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
-    except (OSError, ValueError, IndexError):  # no such file, or not the line this expects
-        return None
-    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    total = sum(fields[:8])  # guest time is already inside user/nice
-    return (total - idle) / hz, total / hz
-
-
-def _own_tree_seconds() -> float:
-    """CPU seconds used so far by this process and its children (the MCP server may be starting meanwhile)."""
-    try:
-        import psutil
-    except ImportError:
-        return time.process_time()
-    me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
-    for child in me.children(recursive=True):
-        try:
-            total += sum(child.cpu_times()[:2])
-        except psutil.Error:
-            continue
-    return total
-
-
-def busy_elsewhere(window: float = 0.25) -> float | None:
-    """Cores kept busy by other programs right now (1.0 = one core), measured over ``window`` s.
-
-    Machine-wide busy time minus what this process and its children used in
-    the same window.  Falls back to the 1-minute load average where there is
-    no /proc/stat; None when neither exists.
-    """
-    first = _busy_ticks()
-    if first is None:
-        try:
-            return max(0.0, os.getloadavg()[0] - 1.0)  # minus ourselves
-        except (AttributeError, OSError):
-            return None
-    own0, t0 = _own_tree_seconds(), time.monotonic()
-    time.sleep(window)
-    second = _busy_ticks()
-    own1, t1 = _own_tree_seconds(), time.monotonic()
-    if second is None or t1 <= t0:
-        return None
-    total = second[1] - first[1]
-    if total <= 0:
-        return None
-    # The busy share of all the machine's CPUs (ticks are coarse: a share, not seconds), minus our own tree.
-    cores = (second[0] - first[0]) / total * (os.cpu_count() or 1)
-    return max(0.0, cores - (own1 - own0) / (t1 - t0))
-
-
 def resolve_threads(requested: int) -> int:
     """``requested`` if positive; for 0 (auto), the usable CPUs that other programs leave free now, at least 1."""
     return choose_threads(requested)[0]
@@ -166,7 +101,7 @@ def choose_threads(requested: int) -> tuple[int, str]:
     """(threads, why) for :func:`resolve_threads`; ``why`` is empty for a count given as such."""
     if requested > 0:
         return requested, ""
-    cpus = usable_cpus()
+    cpus = usable_cores()
     others = busy_elsewhere() if cpus > 1 else 0.0
     # A core counts as free when other programs use less than half of one.
     free = cpus if others is None else int(cpus - others + 0.5)

@@ -25,6 +25,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from ...processes import OtherPrograms, machine_cores
 from ..catalogue import ROOT
 from ..words import section
 
@@ -100,24 +101,17 @@ def _agent(argv: list[str], env: dict, timeout: float) -> subprocess.CompletedPr
 def one_process(question: str, amx: str = "auto") -> dict:
     """One fresh process, real model and real server, from its start to the end of its run: wall time, and
     CPU time of the process and its MCP server (the kernel's accounting of reaped children)."""
-    import psutil
-
     env = {**_clean_env(), "MINIAGENT_LLAMA_AMX": amx}
-    machine_before, before = _machine_busy_s(psutil.cpu_times()), resource.getrusage(resource.RUSAGE_CHILDREN)
+    others, before = OtherPrograms(), resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = _agent(["ask", question, "--json"], env, timeout=120)
     wall = time.perf_counter() - started
-    machine_after, after = _machine_busy_s(psutil.cpu_times()), resource.getrusage(resource.RUSAGE_CHILDREN)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"wall_s": wall, "cpu_s": cpu, "others_pct": max(0.0, (machine_after - machine_before - cpu) / wall * 100),
+    return {"wall_s": wall, "cpu_s": cpu, "others_pct": 100 * (others.cores(cpu / wall) or 0.0),
             "stop_reason": outcome["stop_reason"], "turns": outcome["stats"]["turns"],
             "tool_calls": outcome["stats"]["tool_calls"]}
-
-
-def _machine_busy_s(times) -> float:
-    """CPU seconds the whole machine has been busy since boot (everything but idle and iowait)."""
-    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
 def start_to_end(amx_settings: list[str], loads: tuple[str, ...] = LOADS, runs: int = 5) -> list[dict]:
@@ -210,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ...models.llama_params import cpu_model_name, cpu_reports_amx
 
-    figures: dict = {"cores": os.cpu_count(), "cpu": cpu_model_name(), "amx_cpu": bool(cpu_reports_amx()),
+    figures: dict = {"cores": machine_cores(), "cpu": cpu_model_name(), "amx_cpu": bool(cpu_reports_amx()),
                      "measured_at": datetime.now().strftime("%Y-%m-%d %H:%M")}
     if only & {"a", "b"}:
         backend = LlamaBackend(cache_dir=TutorConfig().cache_dir)

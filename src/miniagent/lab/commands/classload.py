@@ -28,8 +28,8 @@ from collections import Counter
 from pathlib import Path
 
 from ..evaluation import DEFAULT_SET, is_correct, load_eval_set, percentile
-from ..harness.process_tree import MachineLoad, TreeSampler, load_average
-from ...processes import signal_group
+from ...processes import load_average, machine_cores, signal_group
+from ..harness.process_tree import MachineLoad, TreeSampler
 from ..words import section
 
 LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
@@ -197,7 +197,7 @@ def class_load(levels: list[int], *, base_url: str | None = None, eval_set: Path
             if on_level:
                 on_level(level)
     return {"server": "llama-cpp-python (defaults, started here)" if started_here else base_url,
-            "cpus": os.cpu_count(), "eval_set": _shown(eval_set), "questions_each": questions_each,
+            "cpus": machine_cores(), "eval_set": _shown(eval_set), "questions_each": questions_each,
             "settings": settings or {}, "levels": results, "logs": str(log_dir),
             "load_before": load_before, "others_cpu_mean": others.mean(), "busy_others": BUSY_OTHERS,
             "measured_at": time.strftime("%Y-%m-%d %H:%M")}

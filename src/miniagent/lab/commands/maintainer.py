@@ -20,6 +20,7 @@ from typing import Iterator
 
 from rich.markup import escape
 
+from ...processes import machine_cores
 from ..catalogue import ROOT, Break, catalogue, find
 from ..harness.process_tree import spinning_core
 from ..harness.record import RunRecord, crash_note, summary
@@ -194,7 +195,7 @@ def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -
         broken = exp(brk.alias, live=False)
         fixed = exp(BASELINE, question=brk.input, timeout=brk.timeout_s, llm=brk.llm, flags=brk.flags, live=False)
         data = {"id": brk.id, "llm": brk.llm, "real_model": brk.real_model,
-                "measured_at": broken.started_at[:16], "cores": os_cores(), "timeout_s": brk.timeout_s,
+                "measured_at": broken.started_at[:16], "cores": machine_cores(), "timeout_s": brk.timeout_s,
                 "input": brk.input, "flags": list(brk.flags),
                 "broken": {k: v for k, v in broken.to_dict().items() if k in RESULT_KEYS},
                 "fixed": {k: v for k, v in fixed.to_dict().items() if k in RESULT_KEYS}}
@@ -253,13 +254,9 @@ def _write_eval_results(results_dir: Path) -> None:
         (results_dir / f"eval-{name.removesuffix('.jsonl')}-{decode}-grounding-{grounding}.json").write_text(
             json.dumps(r, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     stamp = datetime.now().strftime("%Y-%m-%d %H:%M")
-    lines = [f"Measured by `invoke docs-results` · medido con `invoke docs-results`: {stamp}, {os_cores()} cores, "
+    lines = [f"Measured by `invoke docs-results` · medido con `invoke docs-results`: {stamp}, {machine_cores()} cores, "
              "Gemma 3 270M (Q4_K_M).", ""] + lines
     (results_dir / "eval.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def os_cores() -> int:
-    return os.cpu_count() or 0
 
 
 def _env() -> dict:

@@ -54,7 +54,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
     "models": (["src/miniagent/models/*"],
                ["models/test_amx", "models/test_model_threads", "models/test_model_failures",
                 "models/test_openai_backend", "models/test_shared_server", "models/test_model_file",
-                "models/test_prompt", "models/test_scripted", "models/test_cpu_measure", "models/test_model_parts",
+                "models/test_prompt", "models/test_scripted", "models/test_model_parts",
                 "models/test_make_backend", "test_settings_reach"]),
     "tools": (["src/miniagent/tools/*"],
               ["tools/test_conjugation", "tools/test_verb_forms", "tools/test_mcp_surface", "tools/test_mcp_server",
@@ -66,8 +66,8 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
              "lab/test_properties_harness", "lab/test_lab_output", "lab/test_breaks", "lab/test_counterexamples",
              "lab/test_words", "test_tasks", "test_settings_reach"]),
     "cli": (["src/miniagent/cli.py", "src/miniagent/processes.py", "src/miniagent/__main__.py"],
-            ["cli/test_cli", "cli/test_processes", "lab/test_crash", "agent/test_config", "tools/test_mcp_server",
-             "test_tasks", "test_settings_reach"]),
+            ["cli/test_cli", "cli/test_processes", "cli/test_cpu_measure", "lab/test_crash", "agent/test_config",
+             "tools/test_mcp_server", "test_tasks", "test_settings_reach"]),
     "tasks": (["tasks.py"], ["test_tasks", "docs/test_docs_commands"]),
 }
 # The test files no wing runs, each with why. Every other test file must be named by a wing (tests/test_tasks.py

@@ -19,8 +19,7 @@ from typing import Any, Iterator
 
 import psutil
 
-from ...processes import alive, signal_group
-from ...models import usable_cpus  # re-exported for the harness: one answer to "how many CPUs may we use"
+from ...processes import OtherPrograms, alive, signal_group
 
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 
@@ -218,14 +217,6 @@ def spinning_core() -> Iterator[subprocess.Popen]:
         spinner.wait()
 
 
-def load_average() -> float | None:
-    """The 1-minute load average, or None where the system has none."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
 class MachineLoad:
     """CPU used by programs outside the run's tree (and outside the harness), sample by sample.
 
@@ -236,15 +227,14 @@ class MachineLoad:
     """
 
     def __init__(self) -> None:
-        self.cores = psutil.cpu_count() or 1
+        self.others = OtherPrograms()  # counted from here
         self.me = psutil.Process()
-        psutil.cpu_percent(None)  # prime: the next call measures from here
-        self.me.cpu_percent(None)
+        self.me.cpu_percent(None)  # prime: the next call measures from here
 
     def sample(self, tree_cpu: float) -> float:
-        machine = psutil.cpu_percent(None) * self.cores
         try:
             mine = self.me.cpu_percent(None)
         except psutil.Error:
             mine = 0.0
-        return max(0.0, machine - tree_cpu - mine)
+        cores = self.others.cores((tree_cpu + mine) / 100)
+        return 0.0 if cores is None else cores * 100

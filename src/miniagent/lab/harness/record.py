@@ -9,16 +9,16 @@ happened in words.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ...processes import machine_cores
 from ..words import words
 from . import crash
 
 # CPU figures are in percent of one core: 100 = one core busy, 100 x CORES = all of them.
-CORES = os.cpu_count() or 1
+CORES = machine_cores()
 # Other programs using this much CPU on average during a run (100 = one core)
 # make it a run on a busy machine: timings and CPU figures are disturbed.
 BUSY_OTHERS = 50.0

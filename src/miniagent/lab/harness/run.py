@@ -53,8 +53,8 @@ from .crash import signal_name
 from .deadline import Deadline
 from .follow import Progress, TraceFollower
 from .panel import LiveView
-from .process_tree import MachineLoad, TreeSampler, cmdline, find_survivors, kill_all, load_average, \
-    sigint_ignored, stop_agent, usable_cpus
+from ...processes import load_average, usable_cores
+from .process_tree import MachineLoad, TreeSampler, cmdline, find_survivors, kill_all, sigint_ignored, stop_agent
 from .record import BUSY_OTHERS, RunRecord
 
 # How often the harness wakes up: bounds how late the kill can be after the deadline.
@@ -135,7 +135,7 @@ def run_experiment(
     command = _with_trace_flags(command, trace_path)
     record = RunRecord(command=command, timeout=timeout, trace_path=str(trace_path),
                        started_at=datetime.now().isoformat(timespec="seconds"), clock=clock,
-                       needs=dict(needs or {}), cpus=usable_cpus(), load_avg_start=load_average())
+                       needs=dict(needs or {}), cpus=usable_cores(), load_avg_start=load_average())
     # Temporary files, not pipes: nobody has to drain them, and an orphan that
     # inherited them cannot make the harness wait for an EOF.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, LiveView(live, force_live) as view:
