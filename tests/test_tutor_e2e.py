@@ -118,13 +118,13 @@ def test_a_long_scratchpad_keeps_the_question_and_whole_pairs(session):
         pad += [Entry("action", '{"tool": "conjugate", "verb": "would", "tense": "present perfect", '
                                 f'"person": "you", "n": {i}}}'),
                 Entry("observation", f"error: 'would' is not a verb (attempt {i})")]
-    text = session.model._prompt_text(pad)
+    text = session.model.decoder.prompt_text(pad)
     lines = text.splitlines()
     assert lines[0] == "Q: " + pad[0].text and lines[1] == "O: (earlier steps omitted)"
     body = lines[2:-1]
     assert body and [line[:3] for line in body] == ["A: ", "O: "] * (len(body) // 2), "pairs out of step"
     assert body[-1].endswith("(attempt 119)"), "the newest step is kept"
-    assert len(session.model.rt.tokenize(text)) <= session.model.rt.n_ctx - len(session.model.header_tokens)
+    assert len(session.model.rt.vocab.tokenize(text)) <= session.model.rt.n_ctx - len(session.model.decoder.header_tokens)
 
 
 @pytest.mark.parametrize("decode", ["scored", "greedy"])

@@ -98,7 +98,7 @@ def test_the_model_loads_without_the_amx_path_where_the_cpu_reports_amx(tmp_path
     try:
         assert rt.amx == AmxChoice(False, rt.amx.reason) and "this CPU reports AMX" in rt.amx.reason
         assert rt.weight_buffers and not set(rt.weight_buffers) & EXTRA_BUFFERS, rt.weight_buffers
-        assert rt.tokenize("she went") and rt.sync(rt.tokenize("She went home", bos=True)).shape == (rt.n_vocab,)
+        assert rt.vocab.tokenize("she went") and rt.sync(rt.vocab.tokenize("She went home", bos=True)).shape == (rt.n_vocab,)
     finally:
         rt.close()
 

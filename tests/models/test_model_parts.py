@@ -11,7 +11,7 @@ import pytest
 
 from miniagent.models.llama_params import AmxChoice, LlamaLog, model_params, weight_buffers
 from miniagent.models.llama_runtime import LLAMA_LOG, KVRuntime
-from miniagent.models.openai_compat import _count
+from miniagent.models.openai_server import token_count
 
 
 def runtime(n_threads: int, buffers: dict[str, float]) -> KVRuntime:
@@ -32,7 +32,7 @@ def test_the_startup_line_names_the_threads_and_why_the_amx_choice_and_each_weig
 
 @pytest.mark.parametrize("value, counted", [(7, 7), (0, 0), (-1, 0), ("12", 0), (None, 0), (3.0, 0)])
 def test_a_servers_token_count_is_taken_only_when_it_is_a_count(value, counted):
-    assert _count(value) == counted
+    assert token_count(value) == counted
 
 
 @pytest.mark.real_model
@@ -88,19 +88,19 @@ def status_error(body, message="Error code: 400"):
     (None, "Error code: 400"),
 ])
 def test_a_refusal_says_the_servers_own_words(body, said):
-    from miniagent.models.openai_compat import _status_detail
+    from miniagent.models.openai_server import _status_detail
 
     assert _status_detail(status_error(body)) == said
 
 
 def test_without_a_message_attribute_the_error_itself_is_shown():
-    from miniagent.models.openai_compat import _status_detail
+    from miniagent.models.openai_server import _status_detail
 
     assert _status_detail(ValueError("the connection reset")) == "the connection reset"
 
 
 def test_a_refused_request_keeps_its_status():
-    from miniagent.models.openai_compat import RequestRefused
+    from miniagent.models.openai_server import RequestRefused
 
     refused = RequestRefused("the model server answered HTTP 404: gone", 404)
     assert (str(refused), refused.status) == ("the model server answered HTTP 404: gone", 404)

@@ -66,7 +66,7 @@ def test_options_are_scored_from_the_servers_top_logprobs_renormalised_where_the
         '"past': {" simple": -0.1, " perfect": -2.5, " continuous": -3.0},
     })
     options = ['past simple",', 'past perfect",', 'present simple",']
-    scores = runtime.score(runtime.tokenize(prefix, bos=True), [runtime.tokenize(o) for o in options])
+    scores = runtime.score(runtime.vocab.tokenize(prefix, bos=True), [runtime.vocab.tokenize(o) for o in options])
     root = _lse(-0.5, -1.0)  # only the options' own tokens count: "the" and "future" are not options
     after_past = _lse(-0.1, -2.5)
     expected = [-0.5 - root + (-0.1 - after_past), -0.5 - root + (-2.5 - after_past), -1.0 - root]
@@ -79,16 +79,16 @@ def test_options_are_scored_from_the_servers_top_logprobs_renormalised_where_the
 def test_an_option_missing_from_the_top_gets_the_lowest_listed_value_and_is_counted(runtime):
     runtime.server = StubServer({'"person": "': {"she": -0.2, "he": -1.5, "it": -4.0}})
     before = runtime.unseen_options
-    scores = runtime.score(runtime.tokenize('A: {"person": "', bos=True), [runtime.tokenize(o) for o in ("she", "we")])
+    scores = runtime.score(runtime.vocab.tokenize('A: {"person": "', bos=True), [runtime.vocab.tokenize(o) for o in ("she", "we")])
     assert runtime.unseen_options == before + 1
     assert scores[0] > scores[1] and np.isclose(scores[1] - scores[0], -4.0 - (-0.2))
 
 
 def test_a_string_the_mask_allows_is_the_servers_greedy_text(runtime):
-    masks = runtime.vocabulary_masks(None)
-    quote = runtime.tokenize('"')[0]
+    masks = runtime.vocab.masks(None)
+    quote = runtime.vocab.tokenize('"')[0]
     runtime.server = StubServer({'"verb": "swim': {'",': -0.05, '"': -3.0, "s": -4.0}}, completions=[("swim", "stop")])
-    out = runtime.decode_masked(runtime.tokenize('A: {"verb": "', bos=True), masks["word"], quote, max_tokens=8)
+    out = runtime.decode_masked(runtime.vocab.tokenize('A: {"verb": "', bos=True), masks["word"], quote, max_tokens=8)
     assert out.text == 'swim"' and out.finished
     assert len(runtime.server.asked) == 1, "one look at where the server stopped: was it the quote alone?"
 
@@ -96,32 +96,32 @@ def test_a_string_the_mask_allows_is_the_servers_greedy_text(runtime):
 def test_a_stop_inside_a_token_the_mask_refuses_does_not_end_the_string(runtime):
     """The server stops at the quote of '",' (the model's likeliest token after "clim"); the local backend's
     mask refuses '",' and takes the likeliest token it allows, "bed": the server path must write "climbed" too."""
-    masks = runtime.vocabulary_masks(None)
-    quote = runtime.tokenize('"')[0]
+    masks = runtime.vocab.masks(None)
+    quote = runtime.vocab.tokenize('"')[0]
     runtime.server = StubServer(
         {'"verb": "clim': {'",': -0.2, "bed": -1.2, "b": -1.5, '"': -4.0},
          '"verb": "climbed': {'",': -0.01, '"': -3.0, "s": -6.0}},
         completions=[("clim", "stop"), ("", "stop")])
-    out = runtime.decode_masked(runtime.tokenize('A: {"verb": "', bos=True), masks["word"], quote, max_tokens=8)
+    out = runtime.decode_masked(runtime.vocab.tokenize('A: {"verb": "', bos=True), masks["word"], quote, max_tokens=8)
     assert out.text == 'climbed"' and out.finished
 
 
 def test_a_token_the_mask_refuses_is_replaced_by_the_likeliest_one_it_allows(runtime):
-    masks = runtime.vocabulary_masks(None)
-    quote = runtime.tokenize('"')[0]
+    masks = runtime.vocab.masks(None)
+    quote = runtime.vocab.tokenize('"')[0]
     runtime.server = StubServer(
         {'"verb": "': {"Go": -0.1, " go": -0.3, "go": -0.9, '"': -5.0},  # "Go" and " go" are not lowercase words
          '"verb": "go': {'",': -0.01, '"': -0.5, "es": -2.0}},  # '",' is not the closing quote alone
         completions=[("Go", "stop"), ("", "stop")])
-    out = runtime.decode_masked(runtime.tokenize('A: {"verb": "', bos=True), masks["word"], quote, max_tokens=8)
+    out = runtime.decode_masked(runtime.vocab.tokenize('A: {"verb": "', bos=True), masks["word"], quote, max_tokens=8)
     assert out.text == 'go"' and out.finished
 
 
 def test_a_string_cut_at_max_tokens_is_not_finished(runtime):
-    masks = runtime.vocabulary_masks(None)
-    quote = runtime.tokenize('"')[0]
+    masks = runtime.vocab.masks(None)
+    quote = runtime.vocab.tokenize('"')[0]
     runtime.server = StubServer({}, completions=[("she has been swimming", "length")])
-    out = runtime.decode_masked(runtime.tokenize('A: {"answer": "', bos=True), masks["text"], quote, max_tokens=4)
+    out = runtime.decode_masked(runtime.vocab.tokenize('A: {"answer": "', bos=True), masks["text"], quote, max_tokens=4)
     assert not out.finished and out.text == "she has been swimming"
 
 

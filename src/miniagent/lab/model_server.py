@@ -34,7 +34,7 @@ def free_port() -> int:
 
 def wait_until_it_answers(base_url: str, process: subprocess.Popen | None = None, *, timeout_s: float = 300.0) -> float:
     """Seconds until a one-token completion comes back; ServerNotReady if the process dies or time runs out."""
-    from ..models.openai_compat import ModelServer
+    from ..models.openai_server import ModelServer
 
     server = ModelServer(base_url, max_retries=0)
     started = time.monotonic()

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..agent.errors import ContextFull, ModelTimeout
 from .llama_params import AmxChoice, LlamaLog, choose_amx, context_params, model_params, weight_buffers
+from .vocabulary import Vocabulary
 
 MAX_SEQUENCES = 16  # option scoring uses sequences 1..15; 0 is the conversation
 
@@ -107,6 +108,10 @@ def load_weights(model_path: str | None = None, amx: AmxChoice | None = None) ->
 
 
 class KVRuntime:
+    """llama.cpp in this process: the model's weights, one context with 16 sequences, and its KV cache."""
+
+    priors_tag = ""  # the model file alone decides the options' priors (see scored.ScoredDecoder)
+
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2,
                  amx: AmxChoice | None = None, weights: Weights | None = None) -> None:
         import llama_cpp
@@ -121,7 +126,8 @@ class KVRuntime:
         self.memory = self.ctx.memory
         self.n_ctx = n_ctx
         self.n_threads = n_threads
-        self.n_vocab = self.model.n_vocab()
+        self.vocab = Vocabulary(self.model, path)
+        self.n_vocab = self.vocab.size
         self.n_batch = 512
         self.batch = internals.LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=1, verbose=False)
         self.tokens: list[int] = []  # what the KV cache of sequence 0 holds
@@ -141,13 +147,6 @@ class KVRuntime:
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise ModelTimeout("the model ran out of time between two decodes")
-
-    # --- tokens --------------------------------------------------------------
-    def tokenize(self, text: str, *, bos: bool = False) -> list[int]:
-        return self.model.tokenize(text.encode("utf-8"), add_bos=bos, special=False)
-
-    def detokenize(self, tokens: list[int]) -> str:
-        return self.model.detokenize(tokens, special=False).decode("utf-8", errors="replace")
 
     # --- the KV cache ----------------------------------------------------------
     def rollback(self, length: int) -> None:
@@ -265,32 +264,9 @@ class KVRuntime:
             token = int(np.argmax(masked))
             logits = self.feed([token])
             if token == stop_token:
-                return Decoded(self.detokenize(out) + '"', out + [token], True)
+                return Decoded(self.vocab.detokenize(out) + '"', out + [token], True)
             out.append(token)
-        return Decoded(self.detokenize(out), out, False)
-
-    def vocabulary_masks(self, cache_dir: Path | None) -> dict[str, np.ndarray]:
-        """Boolean masks over the vocabulary: lowercase-word tokens, and string-safe tokens."""
-        path = None
-        if cache_dir is not None:
-            key = hashlib.sha256(repr((self.model_path, os.path.getsize(self.model_path))).encode()).hexdigest()
-            path = Path(cache_dir) / f"masks-{key[:24]}.npz"
-            if path.is_file():
-                with np.load(path) as data:
-                    return {name: data[name] for name in data.files}
-        pieces = [self.model.token_to_piece(i).rstrip(b"\0").decode("utf-8", errors="replace")
-                  for i in range(self.n_vocab)]
-        masks = {
-            "word": np.array([p.isascii() and p.isalpha() and p.islower() for p in pieces]),
-            "text": np.array([bool(p) and "\ufffd" not in p and not any(c in p for c in '"\\\n\r\t')
-                              and p.isprintable() for p in pieces]),
-        }
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            scratch = path.with_suffix(f".{os.getpid()}.tmp.npz")
-            np.savez(scratch, **masks)
-            os.replace(scratch, path)
-        return masks
+        return Decoded(self.vocab.detokenize(out), out, False)
 
     def decode_greedy(self, prompt: list[int], gbnf: str, *, max_tokens: int,
                       done: Callable[[str], bool], accept: Sequence[int] = ()) -> Decoded:
@@ -312,7 +288,7 @@ class KVRuntime:
                 if self._lib.llama_vocab_is_eog(self.model.vocab, token):
                     return Decoded(text, out, True)
                 out.append(token)
-                text = self.detokenize(out)
+                text = self.vocab.detokenize(out)
                 self.feed([token])
                 if done(text):
                     return Decoded(text, out, True)

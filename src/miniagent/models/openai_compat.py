@@ -5,7 +5,7 @@ official ``openai`` client and decodes like the local backend (``decode``):
 
 * ``scored`` (default): the very prompt the local backend builds (the few-shot
   header, then the scratchpad), sent as raw text to the completions endpoint,
-  and the very same walk of the action schema (``LlamaBackend._scored``): only
+  and the very same walk of the action schema (``scored.ScoredDecoder``): only
   the runtime under it changes.  Where the local runtime scores the options of
   an enum in one batched decode, ``ServerRuntime`` asks the server for the
   next token's log-probabilities (``logprobs``, the top 20) at each point
@@ -26,28 +26,16 @@ counts the prompt's tokens as we do, puts the header in the server's prompt
 cache, and checks that it gives log-probabilities (or falls back to greedy).
 
 Time: each call gets what is left of the run (``timeout_s``); a server that is
-still busy when that runs out raises ``ModelTimeout``.  The client's own
-retries would start each attempt with the full timeout again and outlive the
-run's clock, so the client is built with ``max_retries=0`` and the backend
-retries by itself: only when the server could not be reached or said it is
-busy (429, 502, 503, 504), only ``max_retries`` times, and only while the run
-has time left.  Whatever else goes wrong on the server's side ends the run as
-``model_failed``, with a message that names the model server: it is never
-blamed on the conjugation server, and no reply, however malformed, becomes a
-traceback.
+still busy when that runs out raises ``ModelTimeout``, and every other failure
+is ``model_failed``, naming the model server (:mod:`.openai_server` says how).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import math
 import os
 import time
-import warnings
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 
@@ -55,21 +43,18 @@ from ..agent.actions import schema_for_turn
 from ..agent.grounding import Grounds
 from ..agent.errors import ModelFailed, ModelTimeout
 from ..agent.ports import Entry, ModelReply
-from .llama import LlamaBackend
 from .llama_params import vocab_only_params
-from .llama_runtime import Decoded, KVRuntime, default_model_path
+from .llama_runtime import Decoded, default_model_path
+from .openai_server import TOP_LOGPROBS, ModelServer, RequestRefused, token_count
 from .prompt import HEADER, render
+from .scored import ScoredDecoder
+from .vocabulary import Vocabulary
 
 log = logging.getLogger("miniagent")
-for _name in ("httpx2", "httpx", "openai"):  # one line per HTTP request would drown the run's own lines
-    logging.getLogger(_name).setLevel(logging.WARNING)
 
-TOP_LOGPROBS = 20  # vLLM's default ceiling (--max-logprobs); llama-cpp-python takes any number
-NO_RUN_LIMIT_S = 60.0  # a call made outside a run (no timeout_s): its own limit
 # Each start-up request's limit (openai_startup_s): a busy class server serves a learner's first request after
 # the others queued before it (about 0.35 s each), a wedged one never does.
 STARTUP_S = 10.0
-RETRY_STATUSES = {429, 502, 503, 504}  # "busy, try again": anything else is not going to change
 
 SYSTEM = HEADER.split("\n\n", 1)[0] + (
     "\nReply with the next action only, as one JSON object, in the format of the examples.\n\nExamples:\n"
@@ -77,131 +62,9 @@ SYSTEM = HEADER.split("\n\n", 1)[0] + (
 )
 
 
-class RequestRefused(ModelFailed):
-    """The server answered an HTTP error that retrying will not change (it is not busy: it said no)."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class ModelServer:
-    """One OpenAI-compatible server, through the official client: every failure a typed one."""
-
-    def __init__(self, base_url: str, model: str = "local", *, max_retries: int = 2,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        import openai
-
-        self.openai = openai
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.where = f"the model server at {self.base_url}"
-        self.max_retries = max_retries
-        self.sleep = sleep
-        self.requests = 0  # HTTP requests sent (retries included): the class-load figures read it
-        # A local server needs no key; a hosted one reads it from OPENAI_API_KEY, never from a config file.
-        self.client = openai.OpenAI(base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY") or "none",
-                                    max_retries=0)
-
-    # --- one request, bounded by a deadline, failures typed ----------------------------------
-    def call(self, send: Callable[[float], Any], deadline: float | None) -> Any:
-        """``send(timeout)`` until it returns, within ``deadline`` (time.monotonic), else ModelTimeout/ModelFailed."""
-        run_limited = deadline is not None
-        deadline = deadline if deadline is not None else time.monotonic() + NO_RUN_LIMIT_S
-        attempt = 0
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                if run_limited:
-                    raise ModelTimeout(f"{self.where} did not answer in the time left")
-                raise ModelFailed(f"{self.where} did not answer within {NO_RUN_LIMIT_S:g} s")
-            try:
-                self.requests += 1
-                return send(left)
-            except self.openai.APITimeoutError:
-                if run_limited:
-                    raise ModelTimeout(f"{self.where} did not answer in the time left") from None
-                raise ModelFailed(f"{self.where} did not answer within {NO_RUN_LIMIT_S:g} s") from None
-            except self.openai.APIConnectionError as err:
-                failure = f"could not reach {self.where}: {_cause(err)}"
-            except self.openai.APIStatusError as err:
-                failure = f"{self.where} answered HTTP {err.status_code}: {_status_detail(err)}"
-                if err.status_code not in RETRY_STATUSES:
-                    raise RequestRefused(failure, err.status_code) from None
-            except self.openai.APIError as err:  # e.g. an error event inside a stream
-                raise ModelFailed(f"{self.where} answered with an error: {_short(str(err))}") from None
-            except (ValueError, TypeError, AttributeError, KeyError) as err:  # a body that is not a reply
-                raise ModelFailed(f"{self.where} sent something that is not a reply: {_short(repr(err))}") from None
-            pause = 0.5 * 2 ** attempt
-            if attempt >= self.max_retries or time.monotonic() + pause >= deadline:
-                raise ModelFailed(failure + (f" (after {attempt} retries)" if attempt else ""))
-            attempt += 1
-            self.sleep(pause)
-
-    # --- what the backend asks -------------------------------------------------------------
-    def top_logprobs(self, prompt: str, deadline: float | None) -> dict[str, float]:
-        """The log-probabilities of the likeliest next tokens after ``prompt`` (raw text, no template).
-
-        Streamed: llama-cpp-python computes them for the streamed token only (0.35 s here), where a
-        plain request computes them for every token of the prompt first (2 s for our 1,230 tokens).
-        """
-        def send(timeout: float) -> dict[str, float]:
-            stream = self.client.completions.create(
-                model=self.model, prompt=prompt, max_tokens=1, temperature=0, logprobs=TOP_LOGPROBS,
-                stream=True, timeout=timeout)
-            try:
-                for chunk in stream:  # llama-cpp-python may end a stream early when another request waits
-                    top = _top_of(chunk)
-                    if top:
-                        return top
-            finally:
-                stream.close()
-            raise ModelFailed(f"{self.where} gave no token log-probabilities (logprobs) for a completion")
-
-        return self.call(send, deadline)
-
-    def complete(self, prompt: str, max_tokens: int, stop: list[str], deadline: float | None) -> tuple[str, str, dict]:
-        """Greedy text after ``prompt``: (text, finish_reason, usage)."""
-        def send(timeout: float) -> tuple[str, str, dict]:
-            reply = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=max_tokens,
-                                                   temperature=0, stop=stop or None, timeout=timeout)
-            choice = _choice(reply, self.where)
-            text = choice.get("text")
-            if not isinstance(text, str):
-                raise ModelFailed(f"{self.where} sent a completion without text: {_short(choice)}")
-            return text, str(choice.get("finish_reason") or "stop"), _usage(reply)
-
-        return self.call(send, deadline)
-
-    def chat(self, messages: list[dict], max_tokens: int, response_format: dict | None,
-             deadline: float | None) -> tuple[str, str, dict]:
-        def send(timeout: float) -> tuple[str, str, dict]:
-            extra = {"response_format": response_format} if response_format else {}
-            reply = self.client.chat.completions.create(model=self.model, messages=messages, temperature=0,
-                                                        max_tokens=max_tokens, timeout=timeout, **extra)
-            choice = _choice(reply, self.where)
-            message = choice.get("message")
-            if not isinstance(message, dict):
-                raise ModelFailed(f"{self.where} sent a choice without a message: {_short(choice)}")
-            content = message.get("content")
-            if content is not None and not isinstance(content, str):
-                raise ModelFailed(f"{self.where} sent content that is not text: {_short(content)}")
-            return content or "", str(choice.get("finish_reason") or "stop"), _usage(reply)
-
-        return self.call(send, deadline)
-
-    def model_ids(self, deadline: float | None) -> list[str]:
-        def send(timeout: float) -> list[str]:
-            return [m.id for m in self.client.models.list(timeout=timeout)]
-
-        return self.call(send, deadline)
-
-    def close(self) -> None:
-        self.client.close()
-
-
-class ServerRuntime(KVRuntime):
-    """``KVRuntime``'s decisions (score, decode_masked) made from a server's replies.
+class ServerRuntime:
+    """The scored walk's runtime (score, decode_masked: what ``KVRuntime`` decides in this process) made from a
+    server's replies.
 
     The tokenizer is read from the GGUF file alone (``vocab_only``): the trie of
     options, the token masks and the token counts are the local backend's.
@@ -217,10 +80,10 @@ class ServerRuntime(KVRuntime):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"model file not found: {path}")
         self.model = internals.LlamaModel(path_model=path, params=vocab_only_params(), verbose=False)
+        self.vocab = Vocabulary(self.model, path)
         self.server = server
         self.model_path = path
         self.n_ctx = n_ctx
-        self.n_vocab = self.model.n_vocab()
         self.bos = self.model.token_bos()
         self.tokens: list[int] = []
         self.evaluated = 0
@@ -231,15 +94,14 @@ class ServerRuntime(KVRuntime):
         self.logprobs_ok: bool | None = None  # known after the warm-up
         self.server_models: list[str] = []
         self.unseen_options = 0  # option tokens the server's top 20 did not list (scored at the floor)
-        self._pieces: dict[int, str] = {}
+
+    @property
+    def priors_tag(self) -> str:
+        """The server and the model it serves decide the options' priors too (another server, other priors)."""
+        return repr(("openai", self.server.base_url, self.server.model, self.server_models))
 
     def _text(self, tokens: list[int]) -> str:
-        return self.detokenize(tokens[1:] if tokens[:1] == [self.bos] else tokens)
-
-    def piece(self, token: int) -> str:
-        if token not in self._pieces:
-            self._pieces[token] = self.model.detokenize([token]).decode("utf-8", errors="ignore")
-        return self._pieces[token]
+        return self.vocab.detokenize(tokens[1:] if tokens[:1] == [self.bos] else tokens)
 
     def sync(self, prompt: list[int]) -> None:
         common = 0
@@ -315,7 +177,7 @@ class ServerRuntime(KVRuntime):
             floor = min(top.values())
             values = {}
             for kid in kids:
-                value = top.get(self.piece(kid))
+                value = top.get(self.vocab.piece(kid))
                 if value is None:
                     self.unseen_options += 1
                     value = floor
@@ -353,32 +215,29 @@ class ServerRuntime(KVRuntime):
         while len(out) < max_tokens:
             text, finish, _ = self.server.complete(self._text(prompt + out), max_tokens - len(out), ['"'],
                                                    self.deadline)
-            got = self.tokenize(text) if text else []
+            got = self.vocab.tokenize(text) if text else []
             self.evaluated += len(got) + 1
             good = 0
             while good < len(got) and allowed[got[good]]:
                 good += 1
             out += got[:good]
             if good == len(got) and got and (finish == "length" or len(out) >= max_tokens):
-                return Decoded(self.detokenize(out), out, False)
+                return Decoded(self.vocab.detokenize(out), out, False)
             top = self._top(prompt + out)  # a refused token, or a stop whose token we cannot see
             choices = []
             for piece, value in top.items():
-                ids = self.tokenize(piece) if piece else []
+                ids = self.vocab.tokenize(piece) if piece else []
                 if len(ids) == 1 and (allowed[ids[0]] or (ids[0] == stop_token and out)):
                     choices.append((value, ids[0]))
             if not choices:
                 if out:  # nothing the field allows among the likeliest tokens: close the string here
-                    return Decoded(self.detokenize(out) + '"', out + [stop_token], True)
+                    return Decoded(self.vocab.detokenize(out) + '"', out + [stop_token], True)
                 raise ModelFailed(f"{self.server.where}: none of the {TOP_LOGPROBS} likeliest tokens fits the field")
             token = max(choices)[1]
             if token == stop_token:
-                return Decoded(self.detokenize(out) + '"', out + [stop_token], True)
+                return Decoded(self.vocab.detokenize(out) + '"', out + [stop_token], True)
             out.append(token)
-        return Decoded(self.detokenize(out), out, False)
-
-    def decode_greedy(self, *args, **kwargs) -> Decoded:  # the backend's greedy mode is the chat endpoint
-        raise NotImplementedError("ServerRuntime decodes greedily through the chat endpoint")
+        return Decoded(self.vocab.detokenize(out), out, False)
 
     def close(self) -> None:
         self.server.close()
@@ -388,37 +247,29 @@ class ServerRuntime(KVRuntime):
             pass
 
 
-class OpenAIBackend(LlamaBackend):
+class OpenAIBackend:
     def __init__(self, base_url: str, model: str = "local", *, max_action_tokens: int = 48,
                  decode: str = "scored", response_format: str = "auto", model_path: str | None = None,
                  n_ctx: int = 2048, cache_dir: str | os.PathLike | None = None, max_retries: int = 2,
                  warm_up: bool = False, startup_s: float = STARTUP_S) -> None:
+        if decode not in ("scored", "greedy"):
+            raise ValueError("decode must be 'scored' or 'greedy'")
         if response_format not in ("auto", "json_schema", "json_object"):
             raise ValueError("openai_response_format must be auto, json_schema or json_object")
         self.server = ModelServer(base_url, model, max_retries=max_retries)
-        self._warm_up, self._startup_s = warm_up, startup_s
         self.response_format = response_format
         self.format_in_use = "json_schema" if response_format == "auto" else response_format
-        super().__init__(model_path, n_ctx=n_ctx, max_action_tokens=max_action_tokens, decode=decode,
-                         cache_dir=cache_dir)
+        self.rt = ServerRuntime(self.server, model_path, n_ctx=n_ctx, warm_up=warm_up, startup_s=startup_s)
+        # the same walk as the local backend's, over the server (its warm-up runs as the header is primed)
+        self.decoder = ScoredDecoder(self.rt, max_action_tokens=max_action_tokens, cache_dir=cache_dir)
+        self.max_action_tokens = max_action_tokens
+        self.decode = decode
         self.url = self.server.base_url
         if decode == "scored" and self.rt.logprobs_ok is False:
             log.warning("%s gives no token log-probabilities on its completions endpoint: decoding greedily "
                         "through its chat endpoint instead (expect lower accuracy)", self.server.where)
             self.decode = "greedy"
         self.name = f"openai:{self.decode}"
-
-    def _runtime(self, model_path: str | None, *, n_ctx: int, n_threads: int, amx=None, weights=None) -> ServerRuntime:
-        return ServerRuntime(self.server, model_path, n_ctx=n_ctx, warm_up=self._warm_up, startup_s=self._startup_s)
-
-    def _priors_path(self, cache: Path | None) -> Path | None:
-        """The server's own priors: another file than the local model's, per server and model."""
-        path = super()._priors_path(cache)
-        if path is None:
-            return None
-        key = hashlib.sha256(repr((path.name, self.server.base_url, self.server.model,
-                                   self.rt.server_models)).encode()).hexdigest()[:24]
-        return path.with_name(f"priors-openai-{key}.npz")
 
     def next_action(self, scratchpad: list[Entry], *, first_turn: bool, may_answer: bool | None = None,
                     partial: str = "", timeout_s: float | None = None, final: bool = False,
@@ -429,8 +280,11 @@ class OpenAIBackend(LlamaBackend):
             raise ModelTimeout("no time left for a model call")
         if self.decode == "greedy":
             return self._chat_action(scratchpad, first_turn, may_answer, partial, timeout_s, final, grounds)
-        return super().next_action(scratchpad, first_turn=first_turn, may_answer=may_answer, partial=partial,
-                                   timeout_s=timeout_s, final=final, grounds=grounds)
+        return self.decoder.reply(scratchpad, schema_for_turn(first_turn, may_answer, final, grounds),
+                                  partial=partial, timeout_s=timeout_s)
+
+    def close(self) -> None:
+        self.rt.close()
 
     # --- greedy: the chat endpoint and the server's JSON mode ---------------------------------
     def _format(self, kind: str, first_turn: bool, may_answer: bool | None, final: bool = False,
@@ -470,75 +324,6 @@ class OpenAIBackend(LlamaBackend):
                 log.warning("%s refused response_format json_schema (%s) and took json_object with the schema "
                             "(llama-cpp-python's dialect): using that from now on", self.server.where, refused)
         return ModelReply(text=text, finish_reason="length" if finish == "length" else "stop",
-                          prompt_tokens=_count(usage.get("prompt_tokens")),
-                          completion_tokens=_count(usage.get("completion_tokens")),
+                          prompt_tokens=token_count(usage.get("prompt_tokens")),
+                          completion_tokens=token_count(usage.get("completion_tokens")),
                           latency_s=time.perf_counter() - started)
-
-
-# --- reading replies defensively ------------------------------------------------------------------
-def _as_dict(reply: Any) -> Any:
-    if hasattr(reply, "to_dict"):
-        try:
-            with warnings.catch_warnings():  # the client builds replies without validation: we check them here
-                warnings.simplefilter("ignore")
-                return reply.to_dict()
-        except Exception:  # a reply that does not even serialise: read its fields as they are
-            pass
-    return getattr(reply, "__dict__", reply)
-
-
-def _choice(reply: Any, where: str) -> dict:
-    data = _as_dict(reply)
-    if not isinstance(data, dict):
-        raise ModelFailed(f"{where} sent JSON that is not an object: {_short(data)}")
-    if data.get("error"):
-        raise ModelFailed(f"{where} answered with an error: {_short(data['error'])}")
-    choices = data.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise ModelFailed(f"{where} answered without any choice: {_short(data)}")
-    return choices[0]
-
-
-def _top_of(chunk: Any) -> dict[str, float]:
-    data = _as_dict(chunk)
-    if not isinstance(data, dict) or data.get("error"):
-        raise ValueError(f"not a completion chunk: {_short(data)}")
-    for choice in data.get("choices") or []:
-        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
-        tops = logprobs.get("top_logprobs") if isinstance(logprobs, dict) else None
-        if isinstance(tops, list) and tops and isinstance(tops[0], dict):
-            return {str(k): float(v) for k, v in tops[0].items() if isinstance(v, (int, float)) and math.isfinite(v)}
-    return {}
-
-
-def _usage(reply: Any) -> dict:
-    data = _as_dict(reply)
-    usage = data.get("usage") if isinstance(data, dict) else None
-    return usage if isinstance(usage, dict) else {}
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
-def _short(value: Any, limit: int = 160) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _cause(err: Exception) -> str:
-    cause = err.__cause__ or err.__context__
-    return _short(str(cause) if cause else str(err))
-
-
-def _status_detail(err: Any) -> str:
-    """The server's own words, when its error body says them (e.g. which response_format it accepts)."""
-    body = getattr(err, "body", None)
-    if isinstance(body, dict):
-        detail = body.get("error", body)
-        if isinstance(detail, dict):
-            detail = detail.get("message") or detail.get("detail") or detail
-        return _short(detail)
-    if isinstance(body, str) and body.strip():
-        return _short(body.strip())
-    return _short(getattr(err, "message", str(err)))

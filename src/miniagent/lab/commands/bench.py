@@ -56,7 +56,7 @@ def turn_latency_ratio(backend) -> dict:
         reply = backend.next_action(pad, first_turn=True)
         tokens = reply.prompt_tokens + reply.completion_tokens
         rt = backend.rt
-        probe = rt.tokenize(" the" * tokens)[:tokens]
+        probe = rt.vocab.tokenize(" the" * tokens)[:tokens]
         base = len(rt.tokens)
         started = time.perf_counter()
         for token in probe:
@@ -77,7 +77,7 @@ def kv_reuse(backend, turns: int = 10) -> list[dict]:
     rows = []
     for turn in range(1, turns + 1):
         reply = backend.next_action(pad, first_turn=turn == 1)
-        pad_tokens = len(backend.rt.tokenize(render(pad)))
+        pad_tokens = len(backend.rt.vocab.tokenize(render(pad)))
         rows.append({"turn": turn, "scratchpad_tokens": pad_tokens, "prompt_tokens_evaluated": reply.prompt_tokens})
         pad += [Entry("action", reply.text), Entry("observation", f"we ate ({turn})")]
     return rows

@@ -55,7 +55,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
                ["models/test_amx", "models/test_model_threads", "models/test_model_failures",
                 "models/test_openai_backend", "models/test_shared_server", "models/test_model_file",
                 "models/test_prompt", "models/test_scripted", "models/test_model_parts",
-                "models/test_make_backend", "test_settings_reach"]),
+                "models/test_make_backend", "models/test_scored_decoder", "test_settings_reach"]),
     "tools": (["src/miniagent/tools/*"],
               ["tools/test_conjugation", "tools/test_verb_forms", "tools/test_mcp_surface", "tools/test_mcp_server",
                "tools/test_mcp_client_messages", "tools/test_properties_client", "tools/test_mcp_client_outcomes",
