@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields, replace
 from hypothesis import strategies as st
 
 from miniagent.agent.actions import PERSON_CHOICES
-from miniagent.agent.config import TutorConfig, _check
+from miniagent.agent.config import TutorConfig, check
 from miniagent.agent.errors import ModelFailed, ModelTimeout, ServerFailed, ToolError, ToolTimeout
 from miniagent.agent.grammar import TENSES
 from miniagent.agent.loop import GrammarTutor, Outcome
@@ -358,8 +358,8 @@ def _setting(default, values):
 
 def build(**values) -> TutorConfig:
     """The settings of a generated world: the given values, every other one at its default."""
-    config = TutorConfig(**values, llm="generated", cache_dir="")
-    _check(config)  # every generated setting is one the config layers would accept
+    config = TutorConfig(**values)
+    check(config)  # every generated setting is one the config layers would accept
     return config
 
 
@@ -536,7 +536,7 @@ def describe_world(world: World, lang: str = "en") -> str:
     outcomes = [number(w[o.kind].format(s=o.seconds), lang) for o in world.outcomes]
     lines.append(w["tools_one"].format(o=outcomes[0]) if len(set(outcomes)) == 1
                  else w["tools_many"].format(o="; ".join(outcomes)))
-    default = TutorConfig(llm="generated", cache_dir="")
+    default = TutorConfig()
     changed = [f"`{f.name}={getattr(world.config, f.name)!r}`" for f in fields(TutorConfig)
                if getattr(world.config, f.name) != getattr(default, f.name)]
     lines.append(w["settings"].format(s=", ".join(changed)) if changed else w["defaults"])

@@ -48,7 +48,8 @@ def scripted(behaviour: str) -> ScriptedBackend:
 
 
 def config(**overrides) -> TutorConfig:
-    return TutorConfig(**{"llm": "scripted:oracle", "cache_dir": "", **overrides})
+    """The loop's settings: the given ones, every other one at its default."""
+    return TutorConfig(**overrides)
 
 
 

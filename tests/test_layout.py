@@ -19,8 +19,9 @@ MAY_IMPORT = {
     "agent": {"agent"},
     "models": {"agent", "models", "processes"},
     "tools": {"agent", "tools", "processes"},
-    "lab": {"agent", "models", "tools", "lab", "processes"},
+    "lab": {"agent", "models", "tools", "lab", "processes", "settings"},
     "processes": set(),  # a leaf: processes, threads and signals, for every wing but the agent's
+    "settings": {"agent", "models", "tools"},  # every wing's settings, read together
 }
 
 

@@ -1,4 +1,5 @@
-"""Every setting, from every layer, reaches the component it configures: not only TutorConfig.
+"""Every setting of every wing, from every layer, reaches the component it configures: the loop's
+(``TutorConfig``), the model's (``ModelSettings``) and the MCP server's faults (``ServerFaults``).
 
 A setting can be parsed (from a flag, the config file or the environment) and then dropped on its way: the
 session builds the loop, the model backend and the MCP client from the config, and each of those three
@@ -9,17 +10,18 @@ the guard object, the backend's constructor, the MCP client and the server's com
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 import pytest
 
 import miniagent.models.openai_compat  # noqa: F401  imported before the backends are replaced below
 import miniagent.models.scripted  # noqa: F401
 from miniagent import cli
-from miniagent.agent.config import TutorConfig, load_config
+from miniagent.agent.config import TutorConfig, setting_types
 from miniagent.agent.loop import GrammarTutor
 from miniagent.lab import session as session_module
 from miniagent.models.llama_params import choose_amx
+from miniagent.models.settings import ModelSettings
+from miniagent.settings import WINGS, Settings, load_config, setting_fields
+from miniagent.tools.settings import ServerFaults
 from miniagent.tools.mcp_client import MCPClient
 
 # A value other than the default for each setting, valid on its own and with the others at their defaults.
@@ -53,7 +55,7 @@ class Stub:
         return lambda *a, **k: None
 
 
-def components(config: TutorConfig, monkeypatch) -> dict:
+def components(config: Settings, monkeypatch) -> dict:
     """What the session hands each component, from this config: the loop, the backend, the MCP client."""
     seen: dict = {}
 
@@ -126,7 +128,7 @@ def expected(name: str, value):
             "fault_hang_on": (value, value)}.get(name, value)
 
 
-def config_from(layer: str, name: str, value, tmp_path) -> TutorConfig:
+def config_from(layer: str, name: str, value, tmp_path) -> Settings:
     """The config as the real entry point builds it, with ``name`` given through ``layer`` only."""
     others = {"llm": BACKEND[name]} if name in BACKEND else {}
     env = {"MINIAGENT_CONFIG": str(tmp_path / "none.toml")}
@@ -134,7 +136,7 @@ def config_from(layer: str, name: str, value, tmp_path) -> TutorConfig:
     if layer == "flag":
         flag = "--" + name.replace("_", "-")
         args = cli.build_parser().parse_args(["ask", "q", flag, str(value).lower() if isinstance(value, bool) else str(value)])
-        cli_values = {f.name: getattr(args, f.name) for f in fields(TutorConfig)}
+        cli_values = {f.name: getattr(args, f.name) for f in setting_fields()}
         return load_config(cli=cli_values, env=env, path=None)
     if layer == "env":
         text = str(value).lower() if isinstance(value, bool) else str(value)
@@ -146,9 +148,31 @@ def config_from(layer: str, name: str, value, tmp_path) -> TutorConfig:
 
 
 def test_every_setting_has_a_value_and_a_component_here():
-    assert set(VALUES) == {f.name for f in fields(TutorConfig)}, "a new setting needs its row in this test"
+    assert set(VALUES) == {f.name for f in setting_fields()}, "a new setting needs its row in this test"
     for name, value in VALUES.items():
-        assert value != getattr(TutorConfig(), name), f"{name}: a value equal to the default proves nothing"
+        assert value != Settings().as_dict()[name], f"{name}: a value equal to the default proves nothing"
+
+
+# Which wing declares each setting: the loop's limits and clocks, the model's, the MCP server's faults.
+MODEL = {"llm", "model", "decode", "max_action_tokens", "cache_dir", "n_ctx", "n_threads", "llama_amx",
+         "openai_base_url", "openai_model", "openai_response_format", "openai_max_retries", "openai_startup_s"}
+FAULTS = {"fault_delay_s", "fault_hang_on"}
+
+
+def test_each_wing_declares_its_own_settings_and_hands_them_to_its_part():
+    assert WINGS == (TutorConfig, ModelSettings, ServerFaults)
+    assert set(setting_types(ModelSettings)) == MODEL and set(setting_types(ServerFaults)) == FAULTS
+    assert set(setting_types(TutorConfig)) == set(VALUES) - MODEL - FAULTS
+    settings = load_config(cli={name: VALUES[name] for name in ("max_turns", "n_ctx", "fault_hang_on")}, env={})
+    assert (settings.tutor.max_turns, settings.model.n_ctx, settings.faults.fault_hang_on) == (5, 1024, "eat")
+
+
+def test_a_setting_declared_by_two_wings_is_refused():
+    from dataclasses import make_dataclass
+
+    twice = make_dataclass("Twice", [("n_ctx", "int", 1)])
+    with pytest.raises(TypeError, match="'n_ctx' is declared twice"):
+        setting_types(ModelSettings, twice)
 
 
 @pytest.mark.parametrize("layer", ["flag", "env", "file"])
@@ -169,11 +193,12 @@ def test_the_check_sees_a_setting_that_is_dropped(tmp_path, monkeypatch):
     original = session_module.TutorSession.__enter__
 
     def dropping(self):
-        self.config.tool_timeout_s, kept = TutorConfig().tool_timeout_s, self.config.tool_timeout_s
+        tutor = self.settings.tutor
+        tutor.tool_timeout_s, kept = TutorConfig().tool_timeout_s, tutor.tool_timeout_s
         try:
             return original(self)
         finally:
-            self.config.tool_timeout_s = kept
+            tutor.tool_timeout_s = kept
 
     monkeypatch.setattr(session_module.TutorSession, "__enter__", dropping)
     config = config_from("env", "tool_timeout_s", VALUES["tool_timeout_s"], tmp_path)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.real_model
 @pytest.fixture(scope="module")
 def session():
     """One real model and one real MCP server for the module (loading once keeps the suite fast)."""
-    from miniagent.agent.config import load_config
+    from miniagent.settings import load_config
     from miniagent.lab.session import TutorSession
     from miniagent.agent.trace import Trace
 
@@ -143,13 +143,13 @@ def test_the_real_decoder_is_offered_only_the_grounded_options_and_answers_with_
 def test_the_real_scored_decoder_weighs_a_grounded_subset_against_the_same_prior():
     """Three persons left (a grammar-book label): the calibration's prior is the full one, indexed."""
     from miniagent.agent.actions import parse_action
-    from miniagent.agent.config import load_config
+    from miniagent.settings import load_config
     from miniagent.agent.grounding import Grounds
     from miniagent.agent.ports import Entry
     from miniagent.models import make_backend, threads_for
 
-    config = load_config(env={}, cli={})
-    backend = make_backend(config, threads_for(config))
+    model = load_config(env={}, cli={}).model
+    backend = make_backend(model, threads_for(model))
     try:
         grounds = Grounds(persons=("he", "she", "it"), tenses=("present perfect",), verbs=("do",))
         reply = backend.next_action([Entry("question", "Third person singular of 'do' in the present perfect?")],

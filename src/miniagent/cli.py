@@ -1,6 +1,6 @@
 """Command line: ``python -m miniagent ask QUESTION`` and ``python -m miniagent eval``.
 
-Every TutorConfig field is a flag (``max_turns`` -> ``--max-turns``); a flag
+Every setting of every wing (``miniagent.settings``) is a flag (``max_turns`` -> ``--max-turns``); a flag
 left out means "use the lower layers" (config file, env vars, defaults).
 """
 
@@ -11,15 +11,14 @@ import faulthandler
 import json
 import logging
 import sys
-from dataclasses import fields
 
-from .agent.config import ConfigError, TutorConfig, load_config
+from .settings import ConfigError, Settings, load_config, setting_fields
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("settings (override config file and MINIAGENT_* env vars)")
     kinds = {"int": int, "float": float, "str": str, "bool": str}  # a bool is checked by the config layer
-    for f in fields(TutorConfig):
+    for f in setting_fields():
         group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kinds[str(f.type)], default=None,
                            help=f"default: {f.default!r}",
                            **({"metavar": "true|false"} if str(f.type) == "bool" else {}))
@@ -27,8 +26,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", default=None, help="write JSON-lines events to FILE ('-' for stdout)")
 
 
-def _config_from(args: argparse.Namespace) -> TutorConfig:
-    cli = {f.name: getattr(args, f.name) for f in fields(TutorConfig)}
+def _config_from(args: argparse.Namespace) -> Settings:
+    cli = {f.name: getattr(args, f.name) for f in setting_fields()}
     return load_config(cli=cli, path=args.config)
 
 
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _ask(args: argparse.Namespace, config: TutorConfig) -> int:
+def _ask(args: argparse.Namespace, config: Settings) -> int:
     from .lab.session import TutorSession
     from .agent.trace import Trace
 

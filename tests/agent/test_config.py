@@ -1,4 +1,4 @@
-"""One config, four layers: defaults < config file < MINIAGENT_* env vars < CLI flags.
+"""The loop's settings, four layers: defaults < config file < MINIAGENT_* env vars < CLI flags.
 
 The last tests prove the layers reach the loop itself, through the real
 command line and through `invoke ask`, not just the config object.
@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from miniagent.agent.config import ConfigError, TutorConfig, load_config
+from miniagent.agent.config import ConfigError, TutorConfig
+from miniagent.settings import SHARED_MODEL_WALL_CLOCK_S, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "What is the past simple of go for she?"
 
 
 def test_defaults():
-    config = load_config(env={}, cli={})
+    config = load_config(env={}, cli={}).tutor
     assert (config.max_turns, config.max_tool_calls, config.wall_clock_s, config.tool_timeout_s) == (6, 4, 20.0, 2.0)
     assert config.max_auto_continues == 2 and config.max_consecutive_failures == 3
 
@@ -30,7 +31,7 @@ def test_layers_in_order(tmp_path):
     file = tmp_path / "miniagent.toml"
     file.write_text("[miniagent]\nmax_turns = 5\nmax_tool_calls = 3\nwall_clock_s = 9\n")
     env = {"MINIAGENT_MAX_TURNS": "4", "MINIAGENT_MAX_TOOL_CALLS": "2"}
-    config = load_config(cli={"max_turns": 3, "max_tool_calls": None}, env=env, path=file)
+    config = load_config(cli={"max_turns": 3, "max_tool_calls": None}, env=env, path=file).tutor
     assert config.max_turns == 3  # CLI beats env, file and default
     assert config.max_tool_calls == 2  # env beats file (the flag was not given)
     assert config.wall_clock_s == 9.0  # file beats default
@@ -40,7 +41,7 @@ def test_layers_in_order(tmp_path):
 def test_config_file_from_env_var(tmp_path):
     file = tmp_path / "lab.toml"
     file.write_text("max_turns = 7\n")
-    assert load_config(env={"MINIAGENT_CONFIG": str(file)}).max_turns == 7
+    assert load_config(env={"MINIAGENT_CONFIG": str(file)}).tutor.max_turns == 7
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -110,14 +111,12 @@ def test_invoke_ask_max_turns_reaches_the_loop():
 def test_a_shared_model_server_gets_a_model_clock_of_its_own_unless_one_is_set(tmp_path):
     """With llm = openai the queue of a class's server is not a hang: model calls get 300 s apart from the wall
     clock, whichever layer chose openai; a value set in any layer, 0 included, is kept; other models keep 0."""
-    from miniagent.agent.config import SHARED_MODEL_WALL_CLOCK_S
-
-    assert load_config(cli={"llm": "openai"}, env={}).model_wall_clock_s == SHARED_MODEL_WALL_CLOCK_S == 300.0
-    assert load_config(env={"MINIAGENT_LLM": "openai"}).model_wall_clock_s == 300.0
-    assert load_config(cli={"llm": "openai", "model_wall_clock_s": "0"}, env={}).model_wall_clock_s == 0.0
-    assert load_config(env={"MINIAGENT_LLM": "openai", "MINIAGENT_MODEL_WALL_CLOCK_S": "45"}).model_wall_clock_s == 45.0
+    assert load_config(cli={"llm": "openai"}, env={}).tutor.model_wall_clock_s == SHARED_MODEL_WALL_CLOCK_S == 300.0
+    assert load_config(env={"MINIAGENT_LLM": "openai"}).tutor.model_wall_clock_s == 300.0
+    assert load_config(cli={"llm": "openai", "model_wall_clock_s": "0"}, env={}).tutor.model_wall_clock_s == 0.0
+    assert load_config(env={"MINIAGENT_LLM": "openai", "MINIAGENT_MODEL_WALL_CLOCK_S": "45"}).tutor.model_wall_clock_s == 45.0
     toml = tmp_path / "miniagent.toml"
     toml.write_text('llm = "openai"\nmodel_wall_clock_s = 0\n')
-    assert load_config(path=toml, env={}).model_wall_clock_s == 0.0
-    assert load_config(env={}).model_wall_clock_s == 0.0
-    assert load_config(cli={"llm": "scripted:oracle"}, env={}).model_wall_clock_s == 0.0
+    assert load_config(path=toml, env={}).tutor.model_wall_clock_s == 0.0
+    assert load_config(env={}).tutor.model_wall_clock_s == 0.0
+    assert load_config(cli={"llm": "scripted:oracle"}, env={}).tutor.model_wall_clock_s == 0.0

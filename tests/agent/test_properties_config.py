@@ -1,17 +1,16 @@
-"""The four configuration layers, on generated values: every valid value reaches TutorConfig, every wrong one
-is refused with a message that names the setting and what it expects."""
+"""The four configuration layers, on generated values: every valid value reaches its wing's settings (the loop's,
+the model's), every wrong one is refused with a message that names the setting and what it expects."""
 
 from __future__ import annotations
-
-from dataclasses import fields
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from miniagent.agent.config import _BOOL_WORDS, ConfigError, TutorConfig, load_config
+from miniagent.agent.config import _BOOL_WORDS, ConfigError
+from miniagent.settings import Settings, load_config, setting_fields
 
-INTS = [f.name for f in fields(TutorConfig) if f.type == "int"]
+INTS = [f.name for f in setting_fields() if f.type == "int"]
 MUST_BE_POSITIVE = ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_action_tokens", "max_run_tokens",
                     "max_format_errors")
 ZERO_OR_MORE = ("n_threads", "max_repeats", "max_auto_continues", "openai_max_retries")
@@ -29,7 +28,7 @@ def test_a_boolean_setting_takes_any_spelling_of_true_or_false(word, layer, tmp_
     env = {"MINIAGENT_CONFIG": str(missing), "MINIAGENT_FINAL_ANSWER_ROUND": word} if layer == "env" else \
         {"MINIAGENT_CONFIG": str(missing)}
     cli = {"final_answer_round": word} if layer == "cli" else {}
-    assert load_config(cli=cli, env=env).final_answer_round is _BOOL_WORDS[word.strip().lower()]
+    assert load_config(cli=cli, env=env).tutor.final_answer_round is _BOOL_WORDS[word.strip().lower()]
 
 
 @given(word=st.text(st.characters(codec="ascii", categories=("L", "N")), min_size=1, max_size=6)
@@ -49,10 +48,10 @@ def test_a_wrong_boolean_is_refused_naming_the_setting(word, tmp_path_factory):
                               st.integers(1, 9)), max_size=3))
 def test_an_integer_setting_reaches_the_config_or_is_refused_by_name(name, value, given_as, others,
                                                                       tmp_path_factory):
-    """An integer setting from any layer reaches TutorConfig as given, or is refused with a message naming it;
+    """An integer setting from any layer reaches the settings as given, or is refused with a message naming it;
     flags left out (None) change nothing.
 
-    (es) Un ajuste entero, venga de la capa que venga, llega a TutorConfig tal cual o se rechaza con un mensaje
+    (es) Un ajuste entero, venga de la capa que venga, llega a los ajustes tal cual o se rechaza con un mensaje
     que lo nombra; las opciones que no se dan (None) no cambian nada.
     """
     folder = tmp_path_factory.mktemp("cfg")
@@ -68,12 +67,12 @@ def test_an_integer_setting_reaches_the_config_or_is_refused_by_name(name, value
         with pytest.raises(ConfigError, match=name):
             load_config(cli=cli, env=env)
         return
-    config = load_config(cli=cli, env=env)
-    assert getattr(config, name) == value
+    config, default = load_config(cli=cli, env=env).as_dict(), Settings().as_dict()
+    assert config[name] == value
     if name != "n_ctx":
-        assert config.n_ctx == TutorConfig().n_ctx
+        assert config["n_ctx"] == default["n_ctx"]
     for other, given_value in cli.items():
-        assert getattr(config, other) == (given_value if given_value is not None else getattr(TutorConfig(), other))
+        assert config[other] == (given_value if given_value is not None else default[other])
 
 
 @given(name=st.sampled_from(("wall_clock_s", "tool_timeout_s")), value=st.sampled_from((0.0, -1.0, 0.001, 2.5)))
@@ -86,13 +85,13 @@ def test_a_time_limit_must_be_positive(name, value):
         with pytest.raises(ConfigError, match=f"{name} must be positive"):
             load_config(cli={name: value}, env={})
     else:
-        assert getattr(load_config(cli={name: value}, env={}), name) == value
+        assert getattr(load_config(cli={name: value}, env={}).tutor, name) == value
 
 
 def test_the_environment_is_read_when_none_is_given(monkeypatch, tmp_path):
     monkeypatch.setenv("MINIAGENT_CONFIG", str(tmp_path / "none.toml"))
     monkeypatch.setenv("MINIAGENT_MAX_TURNS", "3")
-    assert load_config().max_turns == 3
+    assert load_config().tutor.max_turns == 3
 
 
 def test_unknown_settings_and_missing_files_are_named(tmp_path):
@@ -114,6 +113,6 @@ def test_zero_is_accepted_where_it_means_off_auto_or_none(name):
 
     (es) 0 llega a la configuración en los ajustes donde significa apagado, automático o ninguno; -1 se rechaza nombrando el ajuste.
     """
-    assert getattr(load_config(cli={name: 0}, env={}), name) == 0
+    assert load_config(cli={name: 0}, env={}).as_dict()[name] == 0
     with pytest.raises(ConfigError, match=f"^{name} must be 0 "):
         load_config(cli={name: -1}, env={})

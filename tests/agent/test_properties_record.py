@@ -159,7 +159,7 @@ def test_a_question_too_long_or_empty_is_refused_before_any_model_call(length, l
     """
     question = (" " if blank else "q") * length
     model = GeneratedModel((Reply("call"),), FakeClock(), True)
-    config = TutorConfig(llm="generated", cache_dir="", max_input_chars=limit)
+    config = TutorConfig(max_input_chars=limit)
     outcome = GrammarTutor(model, GeneratedTools((ToolOutcome("ok"),), FakeClock()), config).run(question)
     refused = not question.strip() or length > limit
     assert (outcome.stop_reason == "invalid_input") == refused

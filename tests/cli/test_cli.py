@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-from dataclasses import fields
 
 import pytest
 
-from miniagent.agent.config import TutorConfig
+from miniagent.settings import setting_fields
 from miniagent.cli import build_parser
 from miniagent.processes import SIGNAL_CHECK_S, wait_result
 
@@ -45,14 +44,14 @@ def test_a_command_line_it_cannot_read_is_refused_with_usage(argv, capsys):
 def test_every_setting_is_a_flag_of_its_own_type_on_every_command(command):
     parser = build_parser()
     given = {"int": "7", "float": "0.5", "str": "x", "bool": "false"}
-    for f in fields(TutorConfig):
+    for f in setting_fields():
         flag = "--" + f.name.replace("_", "-")
         args = parser.parse_args([command, *(["q"] if command == "ask" else []), flag, given[str(f.type)]])
         value = getattr(args, f.name)
         # a bool stays a word here: the config layer reads "true"/"false" the same from every layer
         assert value == {"int": 7, "float": 0.5, "str": "x", "bool": "false"}[str(f.type)], (flag, value)
         assert type(value) is {"int": int, "float": float, "str": str, "bool": str}[str(f.type)], flag
-        assert all(getattr(args, g.name) is None for g in fields(TutorConfig) if g is not f), "a flag left out is None"
+        assert all(getattr(args, g.name) is None for g in setting_fields() if g is not f), "a flag left out is None"
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> tuple[dict[str, argparse.ArgumentParser], dict[str, str]]:
@@ -65,7 +64,7 @@ def test_help_describes_every_command_and_flag():
     assert parser.prog == "miniagent" and parser.description
     commands, described = _subcommands(parser)
     assert sorted(commands) == ["ask", "eval"] and all(described[name] for name in commands), described
-    bools = {"--" + f.name.replace("_", "-") for f in fields(TutorConfig) if str(f.type) == "bool"}
+    bools = {"--" + f.name.replace("_", "-") for f in setting_fields() if str(f.type) == "bool"}
     for name, command in commands.items():
         assert command.prog == f"miniagent {name}"
         for action in command._actions:

@@ -310,7 +310,15 @@ def _cheap() -> list[tuple[str, ...]]:
     for cmd in python_commands():
         if cmd.argv[1] == "-m":
             runs.add(("python", "-m", cmd.argv[2], "--help"))
+        elif cmd.argv[1] == "-c" and cmd.argv[2:] != ("while True: pass",):  # cheap: run it as written
+            runs.add(cmd.argv)  # (the busy loop the pages name as "another program" never ends, by design)
     return sorted(runs)
+
+
+def test_the_one_liners_on_the_pages_are_among_the_cheap_runs():
+    """``python -c`` lines were checked by nothing: one imported a module that does not exist (miniagent.config)."""
+    one_liners = [argv for argv in _cheap() if argv[:2] == ("python", "-c")]
+    assert ("python", "-c", "from miniagent.agent.config import TutorConfig; print(TutorConfig.max_turns)") in one_liners
 
 
 @pytest.mark.parametrize("argv", _cheap(), ids=" ".join)

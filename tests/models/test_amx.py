@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from miniagent import models
-from miniagent.agent.config import ConfigError, load_config
+from miniagent.agent.config import ConfigError
+from miniagent.settings import load_config
 from miniagent.models import llama_params
 from miniagent.models.llama_params import AmxChoice, choose_amx, cpu_reports_amx, weight_buffers
 
@@ -84,7 +85,7 @@ def test_the_setting_reaches_the_backend_from_every_layer(tmp_path, monkeypatch)
               ({}, {"MINIAGENT_LLAMA_AMX": "off"}, file, False),      # env over file
               ({"llama_amx": "on"}, {"MINIAGENT_LLAMA_AMX": "off"}, file, True)]  # flag over env
     for cli, env, path, enabled in layers:
-        models.make_backend(load_config(cli=cli, env=env, path=path))
+        models.make_backend(load_config(cli=cli, env=env, path=path).model)
         assert seen[-1].enabled is enabled, (cli, env, path)
 
 

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from miniagent import models
-from miniagent.agent.config import TutorConfig
+from miniagent.models.settings import ModelSettings
 from miniagent.models import llama as llama_module
 from miniagent.models import openai_compat
 from miniagent.models.llama_params import AmxChoice
@@ -44,7 +44,7 @@ def recorded(monkeypatch):
 
 
 def test_every_llama_setting_reaches_the_llama_backend_and_the_start_up_line_is_logged_once(recorded, caplog):
-    config = TutorConfig(llm="llama", **SET)
+    config = ModelSettings(llm="llama", **SET)
     with caplog.at_level(logging.INFO, logger="miniagent"):
         models.make_backend(config, threads=(3, "auto: usable CPUs 4, busy with other programs 1.0"))
     assert recorded == [dict(model_path="/models/tiny.gguf", n_ctx=4096, n_threads=3, max_action_tokens=64,
@@ -56,31 +56,31 @@ def test_every_llama_setting_reaches_the_llama_backend_and_the_start_up_line_is_
 
 def test_weights_already_loaded_carry_their_own_amx_choice_and_empty_settings_mean_the_defaults(recorded):
     weights = object()
-    models.make_backend(TutorConfig(llm="llama", model="", cache_dir=""), threads=(1, ""), weights=weights)
+    models.make_backend(ModelSettings(llm="llama", model="", cache_dir=""), threads=(1, ""), weights=weights)
     assert recorded[0]["amx"] is None and recorded[0]["weights"] is weights
     assert recorded[0]["model_path"] is None and recorded[0]["cache_dir"] is None  # "" is "not set"
 
 
 def test_without_measured_threads_make_backend_measures_them(recorded, monkeypatch):
     monkeypatch.setattr(models, "choose_threads", lambda requested: (requested or 2, "asked"))
-    models.make_backend(TutorConfig(llm="llama", n_threads=5))
+    models.make_backend(ModelSettings(llm="llama", n_threads=5))
     assert recorded[0]["n_threads"] == 5
 
 
 def test_every_openai_setting_reaches_the_openai_backend(recorded):
-    models.make_backend(TutorConfig(llm="openai", **SET))
+    models.make_backend(ModelSettings(llm="openai", **SET))
     assert recorded == [dict(base_url="http://class:8080/v1", model="gemma", max_action_tokens=64, decode="greedy",
                              response_format="json_object", model_path="/models/tiny.gguf", n_ctx=4096,
                              cache_dir="/tmp/cache", max_retries=5, warm_up=True, startup_s=7.5)]
-    models.make_backend(TutorConfig(llm="openai", model="", cache_dir=""))
+    models.make_backend(ModelSettings(llm="openai", model="", cache_dir=""))
     assert recorded[1]["model_path"] is None and recorded[1]["cache_dir"] is None
 
 
 def test_scripted_takes_its_behaviour_after_the_colon_oracle_by_default_and_an_unknown_llm_is_refused():
-    assert models.make_backend(TutorConfig(llm="scripted:stubborn")).name == "scripted:stubborn"
-    assert isinstance(models.make_backend(TutorConfig(llm="scripted")), ScriptedBackend)
-    assert models.make_backend(TutorConfig(llm="scripted")).name == "scripted:oracle"
-    config = TutorConfig(llm="scripted")
+    assert models.make_backend(ModelSettings(llm="scripted:stubborn")).name == "scripted:stubborn"
+    assert isinstance(models.make_backend(ModelSettings(llm="scripted")), ScriptedBackend)
+    assert models.make_backend(ModelSettings(llm="scripted")).name == "scripted:oracle"
+    config = ModelSettings(llm="scripted")
     object.__setattr__(config, "llm", "gpt")  # past the config's own check: make_backend checks too
     with pytest.raises(ValueError) as refused:
         models.make_backend(config)
@@ -91,9 +91,9 @@ def test_scripted_takes_its_behaviour_after_the_colon_oracle_by_default_and_an_u
                                                     ("scripted:oracle", False)])
 def test_only_the_llama_backend_measures_threads_and_loads_weights_here(llm, runs_a_model_here, monkeypatch):
     monkeypatch.setattr(models, "choose_threads", lambda requested: (2, "measured"))
-    assert (models.threads_for(TutorConfig(llm=llm)) is not None) == runs_a_model_here
+    assert (models.threads_for(ModelSettings(llm=llm)) is not None) == runs_a_model_here
     if not runs_a_model_here:
-        assert models.start_loading(TutorConfig(llm=llm)) is None
+        assert models.start_loading(ModelSettings(llm=llm)) is None
 
 
 def test_the_model_loads_in_a_daemon_thread_and_a_failed_load_reaches_whoever_waits(monkeypatch):
@@ -109,7 +109,7 @@ def test_the_model_loads_in_a_daemon_thread_and_a_failed_load_reaches_whoever_wa
         raise FileNotFoundError(f"model file not found: {path}")
 
     monkeypatch.setattr(llama_runtime, "load_weights", load_weights)
-    loading = models.start_loading(TutorConfig(llm="llama:q4", model="/nowhere.gguf", llama_amx="on"))  # kind:detail
+    loading = models.start_loading(ModelSettings(llm="llama:q4", model="/nowhere.gguf", llama_amx="on"))  # kind:detail
     assert loading is not None and started.wait(10), "the load never started"
     assert seen["thread"].daemon and seen["thread"].name == "miniagent-model-load"  # an interrupted start-up
     assert seen["args"] == ("/nowhere.gguf", AmxChoice(True, "forced by llama_amx = on"))  # does not wait on it

@@ -85,7 +85,7 @@ class FakeModelServer:
 def ask_openai(server: FakeModelServer, decode: str = "scored", **overrides):
     model = OpenAIBackend(server.url, decode=decode, response_format="json_object", max_retries=0)
     try:
-        return grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai", **overrides))
+        return grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(**overrides))
     finally:
         model.close()
 
@@ -127,7 +127,7 @@ def test_a_model_server_that_never_answers_is_bounded_by_the_wall_clock(decode):
     with FakeModelServer(hang=True) as server:
         model = OpenAIBackend(server.url, decode=decode)
         started = time.monotonic()
-        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai", wall_clock_s=1.5))
+        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(wall_clock_s=1.5))
         elapsed = time.monotonic() - started
         model.close()
     assert outcome.stop_reason == "wall_clock"
@@ -158,7 +158,7 @@ def test_retries_stop_at_max_retries_and_say_so():
     assert outcome.stop_reason == "model_failed" and "HTTP 503" in outcome.answer and len(server.requests) == 1
     with FakeModelServer(status=503, body=b'{"error": {"message": "busy"}}') as server:
         model = OpenAIBackend(server.url, decode="greedy", max_retries=2)
-        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai"))
+        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config())
         model.close()
     assert outcome.stop_reason == "model_failed" and "after 2 retries" in outcome.answer and len(server.requests) == 3
 
@@ -169,7 +169,7 @@ def test_retries_never_outlive_the_run():
     with FakeModelServer(status=503, body=b'{"error": {"message": "busy"}}') as server:
         model = OpenAIBackend(server.url, decode="greedy", max_retries=10)
         started = time.monotonic()
-        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai", wall_clock_s=1.2))
+        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(wall_clock_s=1.2))
         elapsed = time.monotonic() - started
         model.close()
     assert outcome.stop_reason == "model_failed" and elapsed <= 1.2 + GRACE_S
@@ -229,7 +229,7 @@ def test_auto_response_format_falls_back_to_json_object_and_says_so(caplog):
 def test_an_explicit_json_schema_is_not_second_guessed():
     with FakeModelServer(answer=_llama_cpp_python_dialect) as server:
         model = OpenAIBackend(server.url, decode="greedy", response_format="json_schema")
-        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai"))
+        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config())
         model.close()
     assert outcome.stop_reason == "model_failed" and "HTTP 500" in outcome.answer
     assert f"the model server at {server.url}" in outcome.answer and len(server.requests) == 1
@@ -250,7 +250,7 @@ def test_a_dead_model_server_is_a_model_failure_not_a_conjugation_server_failure
     with FakeModelServer() as server:
         url = server.url
     model = OpenAIBackend(url, decode=decode, max_retries=1)
-    outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="openai"))
+    outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config())
     model.close()
     assert outcome.stop_reason == "model_failed"
     assert "could not reach the model server" in outcome.answer and url in outcome.answer
@@ -273,10 +273,10 @@ def test_real_llama_decoding_stops_when_the_run_is_out_of_time(decode):
         # Without argument grounding: grounded, this question leaves one option per field, and a scored run
         # answers within the 0.4 s (measured 0.3 s), so nothing would be out of time.
         outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(delay=0.0),
-                                config=config(llm="llama", decode=decode, wall_clock_s=0.4, ground_arguments=False))
+                                config=config(wall_clock_s=0.4, ground_arguments=False))
         elapsed = time.monotonic() - started
         # the model still works after an interrupted reply: the next run answers
-        after = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(llm="llama", decode=decode))
+        after = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config())
     finally:
         model.close()
     assert outcome.stop_reason == "wall_clock", outcome.answer

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from miniagent import models
-from miniagent.agent.config import ConfigError, load_config
+from miniagent.agent.config import ConfigError
+from miniagent.settings import load_config
 from miniagent.models import resolve_threads
 
 
 def test_auto_is_the_default_and_a_negative_count_is_refused():
-    assert load_config(env={}).n_threads == 0
-    assert load_config(env={"MINIAGENT_N_THREADS": "3"}).n_threads == 3
+    assert load_config(env={}).model.n_threads == 0
+    assert load_config(env={"MINIAGENT_N_THREADS": "3"}).model.n_threads == 3
     with pytest.raises(ConfigError, match="n_threads"):
         load_config(env={}, cli={"n_threads": -1})
 
@@ -39,10 +40,10 @@ def test_auto_counts_the_free_cores(monkeypatch, cpus, others, threads):
 def test_only_a_model_run_here_gets_its_threads_measured(monkeypatch):
     monkeypatch.setattr(models, "busy_elsewhere", lambda window=0.25: 0.0)
     monkeypatch.setattr(models, "usable_cores", lambda: 2)
-    assert models.threads_for(load_config(cli={"llm": "scripted:oracle"})) is None
-    assert models.threads_for(load_config(cli={"llm": "openai"})) is None
-    assert models.threads_for(load_config(cli={"llm": "llama", "n_threads": 3})) == (3, "")
-    assert models.threads_for(load_config(cli={"llm": "llama"}))[0] == 2
+    assert models.threads_for(load_config(cli={"llm": "scripted:oracle"}).model) is None
+    assert models.threads_for(load_config(cli={"llm": "openai"}).model) is None
+    assert models.threads_for(load_config(cli={"llm": "llama", "n_threads": 3}).model) == (3, "")
+    assert models.threads_for(load_config(cli={"llm": "llama"}).model)[0] == 2
 
 
 def test_the_threads_are_measured_before_anything_of_the_run_starts(monkeypatch):

@@ -1,8 +1,10 @@
-"""One configuration, four layers: defaults < config file < MINIAGENT_* env vars < CLI flags.
+"""The loop's settings, and the four layers every setting is read from: defaults < config file <
+MINIAGENT_* env vars < CLI flags.
 
-Every knob the loop reads lives in ``TutorConfig``.  ``load_config`` is the
-only place the layers are merged, so a setting that is read is also a
-setting that reaches the loop.
+Every knob the loop reads lives in ``TutorConfig``.  The model's settings live with the backends
+(``models/settings.py``) and the MCP server's fault settings with the tools (``tools/settings.py``);
+``miniagent.settings.load_config`` reads all three through :func:`layered`, the only place the layers are
+merged, so a setting that is read is also a setting that reaches its component.
 """
 
 from __future__ import annotations
@@ -17,9 +19,6 @@ from typing import Any, Mapping
 ENV_PREFIX = "MINIAGENT_"
 CONFIG_FILE_ENV = "MINIAGENT_CONFIG"
 DEFAULT_CONFIG_FILE = "miniagent.toml"
-
-
-SHARED_MODEL_WALL_CLOCK_S = 300.0  # the openai backend's model_wall_clock_s when none is set
 
 
 @dataclass
@@ -60,36 +59,11 @@ class TutorConfig:
     # the prompt cache; a few thousand at most without it). So the budget only trips
     # when something else has stopped bounding the run (continuations raised, a model that rambles).
     max_run_tokens: int = 40_000
-    # Model.
-    llm: str = "llama"  # llama | openai | scripted:<behaviour>
-    model: str = ""  # GGUF path; empty = the embedded Gemma 3 270M
-    decode: str = "scored"  # scored (calibrated option scoring) | greedy (llama: grammar only; openai: chat + JSON mode)
-    max_action_tokens: int = 48
-    cache_dir: str = str(Path.home() / ".cache" / "miniagent")  # prompt cache; "" turns it off
-    n_ctx: int = 2048
-    # llama.cpp threads; 0 = auto: the CPUs this process may use minus those other work keeps busy
-    # right now (models.resolve_threads).  More threads than free cores makes llama.cpp crawl.
-    n_threads: int = 0
-    # llama.cpp's extra buffer types, the AMX path among them: auto = off where the CPU reports AMX (llama.cpp's
-    # AMX kernel crashes with this model, ggml-org/llama.cpp#20824), on elsewhere; on | off force it.
-    llama_amx: str = "auto"
-    openai_base_url: str = "http://127.0.0.1:8000/v1"  # llama-cpp-python's and vLLM's default port
-    openai_model: str = "local"
-    # greedy decoding only: auto (json_schema, else json_object when the server refuses it) | json_schema (OpenAI,
-    # vLLM, llama.cpp) | json_object (llama-cpp-python)
-    openai_response_format: str = "auto"
-    openai_max_retries: int = 2  # when the server cannot be reached or says it is busy, within the run's time
-    # Seconds each start-up request to the server may take (does it answer, count tokens as we do, give
-    # log-probabilities): one that takes the connection and never answers ends the run as model_failed.
-    openai_startup_s: float = 10.0
     # A shared model server queues a class's requests: a turn that waits there is not a hung run. When > 0,
     # the time a run spends in model calls has this budget of its own and does not count against wall_clock_s
     # (which keeps bounding the tools and the loop); 0 = model calls count against wall_clock_s.  Unset, it is
-    # 0 for a model of your own and SHARED_MODEL_WALL_CLOCK_S with llm = "openai" (see load_config).
+    # 0 for a model of your own and 300 s with llm = "openai" (miniagent.settings.load_config).
     model_wall_clock_s: float = 0.0
-    # MCP server faults (labs only; off by default).
-    fault_delay_s: float = 0.0
-    fault_hang_on: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -117,20 +91,25 @@ def _coerce(name: str, raw: Any, kind: type) -> Any:
         raise ConfigError(f"{name}: expected {wanted}, got {raw!r}") from None
 
 
-def _types() -> dict[str, type]:
+def setting_types(*classes: type) -> dict[str, type]:
+    """Each setting's name and type, over one or more settings dataclasses (a name must belong to one only)."""
     # Field annotations are strings under `from __future__ import annotations`.
     names = {"int": int, "float": float, "str": str, "bool": bool}
-    return {f.name: names[str(f.type)] for f in fields(TutorConfig)}
+    types: dict[str, type] = {}
+    for cls in classes:
+        for f in fields(cls):
+            if f.name in types:
+                raise TypeError(f"setting {f.name!r} is declared twice")
+            types[f.name] = names[str(f.type)]
+    return types
 
 
-def load_config(
-    cli: Mapping[str, Any] | None = None,
-    env: Mapping[str, str] | None = None,
-    path: str | os.PathLike | None = None,
-) -> TutorConfig:
-    """Merge the layers. ``cli`` values of ``None`` mean "flag not given"."""
+def layered(types: Mapping[str, type], cli: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
+            path: str | os.PathLike | None = None, *, whole_file: bool = True) -> dict[str, Any]:
+    """The settings of ``types`` that some layer gives, merged and typed. ``cli`` values of ``None`` mean "flag
+    not given". A name that is not in ``types`` is refused, in the config file too unless ``whole_file`` is
+    False: a reader of a few settings leaves the file's others to the reader of them all."""
     env = os.environ if env is None else env
-    types = _types()
     values: dict[str, Any] = {}
 
     file_path = Path(path or env.get(CONFIG_FILE_ENV) or DEFAULT_CONFIG_FILE)
@@ -139,9 +118,10 @@ def load_config(
             data = tomllib.load(fh)
         data = data.get("miniagent", data)
         for key, raw in data.items():
-            if key not in types:
+            if key in types:
+                values[key] = _coerce(key, raw, types[key])
+            elif whole_file:
                 raise ConfigError(f"{file_path}: unknown setting {key!r}")
-            values[key] = _coerce(key, raw, types[key])
     elif path is not None:
         raise ConfigError(f"config file not found: {file_path}")
 
@@ -156,33 +136,20 @@ def load_config(
         if name not in types:
             raise ConfigError(f"unknown setting {name!r}")
         values[name] = _coerce(name, raw, types[name])
-
-    if values.get("llm") == "openai" and "model_wall_clock_s" not in values:
-        # Measured (docs/classroom.md): with 4 learners on one 2-core server, 28 of 30 runs ran out of a 20 s
-        # wall clock waiting in its queue.  A shared server gets a model budget of its own unless one is set.
-        values["model_wall_clock_s"] = SHARED_MODEL_WALL_CLOCK_S
-    config = TutorConfig(**values)
-    _check(config)
-    return config
+    return values
 
 
-def _check(config: TutorConfig) -> None:
-    for name in ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_action_tokens",
-                 "max_run_tokens", "max_format_errors"):
+def check(config: TutorConfig) -> None:
+    """Refuse a loop setting that no run could honour."""
+    for name in ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_run_tokens", "max_format_errors"):
         if getattr(config, name) < 1:
             raise ConfigError(f"{name} must be at least 1")
-    for name in ("wall_clock_s", "tool_timeout_s", "openai_startup_s"):
+    for name in ("wall_clock_s", "tool_timeout_s"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive")
-    if config.llama_amx not in ("auto", "on", "off"):
-        raise ConfigError(f"llama_amx must be auto, on or off, not {config.llama_amx!r}")
-    if config.n_threads < 0:
-        raise ConfigError("n_threads must be 0 (auto) or more")
     if config.max_repeats < 0:
         raise ConfigError("max_repeats must be 0 (off) or more")
     if config.max_auto_continues < 0:
         raise ConfigError("max_auto_continues must be 0 or more")
     if config.model_wall_clock_s < 0:
         raise ConfigError("model_wall_clock_s must be 0 (model calls count in wall_clock_s) or more")
-    if config.openai_max_retries < 0:
-        raise ConfigError("openai_max_retries must be 0 or more")

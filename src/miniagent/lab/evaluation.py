@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..agent.config import TutorConfig
 from ..agent.trace import Trace
+from ..settings import Settings
 
 DEFAULT_SET = Path("labs/01-tutor-end-to-end/eval.jsonl")
 _FORMAT = '{"question": "...", "accept": ["she went", ...]}'
@@ -133,14 +133,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def run_eval(items: list[EvalItem], config: TutorConfig, trace: Trace | None = None) -> dict:
+def run_eval(items: list[EvalItem], settings: Settings, trace: Trace | None = None) -> dict:
     """Ask every item in one session; ``trace`` (optional) receives every run's events, one run after another."""
     from .session import TutorSession
 
     logging.getLogger("miniagent").setLevel(logging.WARNING)  # the table says it all, not 30 log lines
     started = time.monotonic()
     results = []
-    with TutorSession(config, trace) as session:
+    with TutorSession(settings, trace) as session:
         ready = time.monotonic() - started
         for item in items:
             outcome = session.ask(item.question)
@@ -166,7 +166,7 @@ def run_eval(items: list[EvalItem], config: TutorConfig, trace: Trace | None = N
         "latency_p95_s": round(percentile(latencies, 0.95), 3),
         "startup_s": round(ready, 3),
         "total_s": round(time.monotonic() - started, 3),
-        "llm": config.llm,
+        "llm": settings.model.llm,
         "items": results,
     }
 
@@ -189,7 +189,7 @@ def print_report(report: dict) -> None:
                   f"start-up {report['startup_s']:.2f} s; total {report['total_s']:.1f} s")
 
 
-def run_eval_cli(args, config: TutorConfig) -> int:
+def run_eval_cli(args, settings: Settings) -> int:
     try:
         items = load_eval_set(args.eval_set or DEFAULT_SET)
     except EvalSetError as err:
@@ -199,7 +199,7 @@ def run_eval_cli(args, config: TutorConfig) -> int:
         items = items[: args.limit]
     trace = Trace.to_path(args.trace) if args.trace else None
     try:
-        report = run_eval(items, config, trace)
+        report = run_eval(items, settings, trace)
     finally:
         if trace is not None:
             trace.close()

@@ -12,30 +12,31 @@ from typing import Callable
 
 from ..agent.ports import Backend
 from ..models import make_backend, start_loading, threads_for
-from ..agent.config import TutorConfig
 from ..agent.loop import Outcome, grammar_tutor
 from ..processes import wait_result
 from ..tools.mcp_client import MCPClient
 from ..agent.trace import Trace
+from ..settings import Settings
 
 
 class TutorSession:
-    def __init__(self, config: TutorConfig, trace: Trace | None = None) -> None:
-        self.config = config
+    def __init__(self, settings: Settings, trace: Trace | None = None) -> None:
+        self.settings = settings
         self.trace = trace or Trace.memory()
         self.model: Backend | None = None
         self.tools: MCPClient | None = None
 
     def __enter__(self) -> "TutorSession":
-        self.tools = MCPClient(delay=self.config.fault_delay_s, hang_on=self.config.fault_hang_on or None,
-                               timeout=self.config.tool_timeout_s)
+        faults = self.settings.faults
+        self.tools = MCPClient(delay=faults.fault_delay_s, hang_on=faults.fault_hang_on or None,
+                               timeout=self.settings.tutor.tool_timeout_s)
         pool = ThreadPoolExecutor(max_workers=1)
         try:
-            loading = start_loading(self.config)  # the model file, in a thread of its own (C code, no GIL)
-            threads = threads_for(self.config)  # before the server: its start-up would crowd other programs out
+            loading = start_loading(self.settings.model)  # the model file, in a thread of its own (C code, no GIL)
+            threads = threads_for(self.settings.model)  # before the server: its start-up would crowd others out
             server_started = pool.submit(self.tools.start)
             weights = wait_result(loading, None) if loading else None  # woken often: Ctrl-C ends it at once
-            self.model = make_backend(self.config, threads, weights)
+            self.model = make_backend(self.settings.model, threads, weights)
             wait_result(server_started, None)
         except BaseException:
             # Ctrl-C or SIGTERM during start-up: close() stops a server that is still starting.
@@ -47,7 +48,7 @@ class TutorSession:
 
     def ask(self, question: str, cancel: Callable[[], bool] | None = None) -> Outcome:
         assert self.model is not None and self.tools is not None, "use TutorSession as a context manager"
-        return grammar_tutor(question, model=self.model, tools=self.tools, config=self.config,
+        return grammar_tutor(question, model=self.model, tools=self.tools, config=self.settings.tutor,
                              trace=self.trace, cancel=cancel)
 
     def close(self) -> None:

@@ -13,28 +13,29 @@ from concurrent.futures import Future
 
 from ..agent.ports import Backend
 from ..processes import busy_elsewhere, usable_cores
+from .settings import ModelSettings
 
 log = logging.getLogger("miniagent")
 
 
-def threads_for(config) -> tuple[int, str] | None:
-    """``(threads, why)`` for the backend ``config`` names, measured now; None where it runs no model here.
+def threads_for(settings: ModelSettings) -> tuple[int, str] | None:
+    """``(threads, why)`` for the backend ``settings`` names, measured now; None where it runs no model here.
 
     Measured before anything else of the run starts: the measurement counts the CPU that other programs
     use over a quarter of a second, and our own start-up (the MCP server importing its SDK) running at the
     same time would crowd them out of the cores and hide them.
     """
-    return choose_threads(config.n_threads) if config.llm.partition(":")[0] == "llama" else None
+    return choose_threads(settings.n_threads) if settings.llm.partition(":")[0] == "llama" else None
 
 
-def start_loading(config) -> Future | None:
-    """Start loading the model file in a thread now; None where the backend ``config`` names loads none here.
+def start_loading(settings: ModelSettings) -> Future | None:
+    """Start loading the model file in a thread now; None where the backend ``settings`` names loads none here.
 
     llama.cpp's load (half a second for the default model) is C code that releases the GIL, so it overlaps
     the thread measurement and the MCP server's start. Our own CPU does not mislead the measurement: it
     counts other programs' use, ours subtracted. A daemon thread: an interrupted start-up does not wait for it.
     """
-    if config.llm.partition(":")[0] != "llama":
+    if settings.llm.partition(":")[0] != "llama":
         return None
     loaded: Future = Future()
 
@@ -43,7 +44,7 @@ def start_loading(config) -> Future | None:
             from .llama_params import choose_amx
             from .llama_runtime import load_weights
 
-            loaded.set_result(load_weights(config.model or None, choose_amx(config.llama_amx)))
+            loaded.set_result(load_weights(settings.model or None, choose_amx(settings.llama_amx)))
         except BaseException as err:  # handed to whoever waits for the weights
             loaded.set_exception(err)
 
@@ -51,35 +52,35 @@ def start_loading(config) -> Future | None:
     return loaded
 
 
-def make_backend(config, threads: tuple[int, str] | None = None, weights=None) -> Backend:
-    """Build the backend the config names (``llm``); ``threads`` as :func:`threads_for` measured it, ``weights``
+def make_backend(settings: ModelSettings, threads: tuple[int, str] | None = None, weights=None) -> Backend:
+    """Build the backend the settings name (``llm``); ``threads`` as :func:`threads_for` measured it, ``weights``
     as :func:`start_loading` loaded them (llama; loaded here when None)."""
-    kind, _, detail = config.llm.partition(":")
+    kind, _, detail = settings.llm.partition(":")
     if kind == "llama":
         from .llama import LlamaBackend
         from .llama_params import choose_amx
 
-        n_threads, why = threads or choose_threads(config.n_threads)
-        backend = LlamaBackend(model_path=config.model or None, n_ctx=config.n_ctx,
-                               n_threads=n_threads, max_action_tokens=config.max_action_tokens,
-                               decode=config.decode, cache_dir=config.cache_dir or None,
-                               amx=None if weights else choose_amx(config.llama_amx), weights=weights)
+        n_threads, why = threads or choose_threads(settings.n_threads)
+        backend = LlamaBackend(model_path=settings.model or None, n_ctx=settings.n_ctx,
+                               n_threads=n_threads, max_action_tokens=settings.max_action_tokens,
+                               decode=settings.decode, cache_dir=settings.cache_dir or None,
+                               amx=None if weights else choose_amx(settings.llama_amx), weights=weights)
         log.info("%s", backend.rt.startup_line(why))  # one line: threads, the AMX path, where the weights went
         return backend
     if kind == "openai":
         from .openai_compat import OpenAIBackend
 
-        return OpenAIBackend(base_url=config.openai_base_url, model=config.openai_model,
-                             max_action_tokens=config.max_action_tokens, decode=config.decode,
-                             response_format=config.openai_response_format, model_path=config.model or None,
-                             n_ctx=config.n_ctx, cache_dir=config.cache_dir or None,
-                             max_retries=config.openai_max_retries, warm_up=True,
-                             startup_s=config.openai_startup_s)
+        return OpenAIBackend(base_url=settings.openai_base_url, model=settings.openai_model,
+                             max_action_tokens=settings.max_action_tokens, decode=settings.decode,
+                             response_format=settings.openai_response_format, model_path=settings.model or None,
+                             n_ctx=settings.n_ctx, cache_dir=settings.cache_dir or None,
+                             max_retries=settings.openai_max_retries, warm_up=True,
+                             startup_s=settings.openai_startup_s)
     if kind == "scripted":
         from .scripted import ScriptedBackend
 
         return ScriptedBackend(detail or "oracle")
-    raise ValueError(f"unknown llm {config.llm!r}: use llama, openai or scripted:<behaviour>")
+    raise ValueError(f"unknown llm {settings.llm!r}: use llama, openai or scripted:<behaviour>")
 
 
 # --------------------------------------------------------------------------

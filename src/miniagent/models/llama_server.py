@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..agent.config import ConfigError, load_config
+from ..agent.config import ConfigError, layered
 from .llama_params import AMX_SETTINGS, choose_amx
+from .settings import ModelSettings, check
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
             del args[at:at + (2 if arg == "--llama-amx" else 1)]
             break
     try:
-        choice = choose_amx(load_config(cli={"llama_amx": ours.llama_amx}).llama_amx)
+        settings = ModelSettings(**layered({"llama_amx": str}, cli={"llama_amx": ours.llama_amx}, whole_file=False))
+        check(settings)
+        choice = choose_amx(settings.llama_amx)
     except ConfigError as err:
         print(f"miniagent: bad setting: {err}", file=sys.stderr)
         return 2

@@ -200,14 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     only = set(args.only or "abcdef")
     from ...models.llama import LlamaBackend
-    from ...agent.config import TutorConfig
+    from ...models.settings import ModelSettings
 
     from ...models.llama_params import cpu_model_name, cpu_reports_amx
 
     figures: dict = {"cores": machine_cores(), "cpu": cpu_model_name(), "amx_cpu": bool(cpu_reports_amx()),
                      "measured_at": datetime.now().strftime("%Y-%m-%d %H:%M")}
     if only & {"a", "b"}:
-        backend = LlamaBackend(cache_dir=TutorConfig().cache_dir)
+        backend = LlamaBackend(cache_dir=ModelSettings().cache_dir)
         try:
             if "a" in only:
                 figures["a_turn_latency"] = turn_latency_ratio(backend)

@@ -47,12 +47,12 @@ def learner_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="miniagent.lab.commands.classload")
     parser.add_argument("--set", dest="eval_set", default=str(DEFAULT_SET))
     parser.add_argument("--items", required=True, help="comma-separated question indices")
-    parser.add_argument("--settings", default="{}", help="TutorConfig settings as a JSON object")
+    parser.add_argument("--settings", default="{}", help="settings (of any wing: the loop, the model, the server faults) as a JSON object")
     args = parser.parse_args(argv)
 
     import logging
 
-    from ...agent.config import load_config
+    from ...settings import load_config
     from ...agent.trace import Trace
     from ..session import TutorSession
 

@@ -232,7 +232,7 @@ def _write_eval_results(results_dir: Path) -> None:
     ``unseen.jsonl`` before argument grounding was written (issue 23); both are measured only here, never
     used to choose a setting.
     """
-    from ...agent.config import load_config
+    from ...settings import load_config
     from ..evaluation import load_eval_set, run_eval
 
     lines = ["| set · conjunto | decoding · decodificación | grounding · anclaje | strict accuracy · acierto estricto "

@@ -65,9 +65,11 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
              "lab/test_classload", "lab/test_crash", "lab/test_properties_counts", "lab/test_properties_edits",
              "lab/test_properties_harness", "lab/test_lab_output", "lab/test_breaks", "lab/test_counterexamples",
              "lab/test_words", "test_tasks", "test_settings_reach"]),
-    "cli": (["src/miniagent/cli.py", "src/miniagent/processes.py", "src/miniagent/__main__.py"],
+    # the package's top level: the command line, the process module, every wing's settings read together
+    "cli": (["src/miniagent/cli.py", "src/miniagent/processes.py", "src/miniagent/settings.py",
+             "src/miniagent/__main__.py"],
             ["cli/test_cli", "cli/test_processes", "cli/test_cpu_measure", "lab/test_crash", "agent/test_config",
-             "tools/test_mcp_server", "test_tasks", "test_settings_reach"]),
+             "agent/test_properties_config", "tools/test_mcp_server", "test_tasks", "test_settings_reach"]),
     "tasks": (["tasks.py"], ["test_tasks", "docs/test_docs_commands"]),
 }
 # The test files no wing runs, each with why. Every other test file must be named by a wing (tests/test_tasks.py

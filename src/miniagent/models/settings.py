@@ -1,0 +1,51 @@
+"""The model's settings: which backend, which model file, how it decodes, and how it reaches a class's server.
+
+Read from the same layers as the loop's (``agent.config.layered``: defaults < config file < MINIAGENT_* env
+vars < CLI flags); :func:`~miniagent.models.make_backend` hands each one to the backend it configures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..agent.config import ConfigError
+
+
+@dataclass
+class ModelSettings:
+    llm: str = "llama"  # llama | openai | scripted:<behaviour>
+    model: str = ""  # GGUF path; empty = the embedded Gemma 3 270M
+    decode: str = "scored"  # scored (calibrated option scoring) | greedy (llama: grammar only; openai: chat + JSON mode)
+    max_action_tokens: int = 48
+    cache_dir: str = str(Path.home() / ".cache" / "miniagent")  # prompt cache; "" turns it off
+    n_ctx: int = 2048
+    # llama.cpp threads; 0 = auto: the CPUs this process may use minus those other work keeps busy
+    # right now (models.resolve_threads).  More threads than free cores makes llama.cpp crawl.
+    n_threads: int = 0
+    # llama.cpp's extra buffer types, the AMX path among them: auto = off where the CPU reports AMX (llama.cpp's
+    # AMX kernel crashes with this model, ggml-org/llama.cpp#20824), on elsewhere; on | off force it.
+    llama_amx: str = "auto"
+    openai_base_url: str = "http://127.0.0.1:8000/v1"  # llama-cpp-python's and vLLM's default port
+    openai_model: str = "local"
+    # greedy decoding only: auto (json_schema, else json_object when the server refuses it) | json_schema (OpenAI,
+    # vLLM, llama.cpp) | json_object (llama-cpp-python)
+    openai_response_format: str = "auto"
+    openai_max_retries: int = 2  # when the server cannot be reached or says it is busy, within the run's time
+    # Seconds each start-up request to the server may take (does it answer, count tokens as we do, give
+    # log-probabilities): one that takes the connection and never answers ends the run as model_failed.
+    openai_startup_s: float = 10.0
+
+
+def check(settings: ModelSettings) -> None:
+    """Refuse a model setting that no backend could honour."""
+    if settings.max_action_tokens < 1:
+        raise ConfigError("max_action_tokens must be at least 1")
+    if settings.openai_startup_s <= 0:
+        raise ConfigError("openai_startup_s must be positive")
+    if settings.llama_amx not in ("auto", "on", "off"):
+        raise ConfigError(f"llama_amx must be auto, on or off, not {settings.llama_amx!r}")
+    if settings.n_threads < 0:
+        raise ConfigError("n_threads must be 0 (auto) or more")
+    if settings.openai_max_retries < 0:
+        raise ConfigError("openai_max_retries must be 0 or more")
