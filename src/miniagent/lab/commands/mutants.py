@@ -67,7 +67,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
              "lab/test_words", "test_tasks", "test_settings_reach"]),
     # the package's top level: the command line, the process module, every wing's settings read together
     "cli": (["src/miniagent/cli.py", "src/miniagent/processes.py", "src/miniagent/settings.py",
-             "src/miniagent/__main__.py"],
+             "src/miniagent/__main__.py", "src/miniagent/__init__.py"],
             ["cli/test_cli", "cli/test_processes", "cli/test_cpu_measure", "lab/test_crash", "agent/test_config",
              "agent/test_properties_config", "tools/test_mcp_server", "test_tasks", "test_settings_reach"]),
     "tasks": (["tasks.py"], ["test_tasks", "docs/test_docs_commands"]),
