@@ -130,7 +130,8 @@ def tolerance_text(rule: str, lang: str) -> str:
 
 def render_comparison(rows: list[Row], lang: str = "en") -> Table:
     """The comparison as a rich table: hits green, misses red, fields not predicted dim."""
-    t = TEXT[checked_lang(lang)]
+    lang = checked_lang(lang)
+    t = TEXT[lang]
     table = Table(title=t["table_title"], title_justify="left")
     for i, column in enumerate(t["table_cols"]):
         table.add_column(column, justify="right" if i in (1, 2) else "left", style="dim" if i == 4 else None)
