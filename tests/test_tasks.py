@@ -274,7 +274,8 @@ def test_the_flags_given_to_the_agent_leave_out_what_was_not_given():
 def test_a_learner_command_without_a_learner_asks_who_you_are(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(tasks, "ROOT", tmp_path)  # nobody remembered there
     assert exit_status(lambda: tasks.progress(Context())) == 2
-    assert "who are you?" in capsys.readouterr().err
+    assert ("who are you? Name yourself once with --learner NAME (your folder under learners/); the lab remembers "
+            "it for the next commands") in capsys.readouterr().err
 
 
 def test_a_crash_report_is_in_the_learners_language(monkeypatch, capsys):

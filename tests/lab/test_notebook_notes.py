@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from miniagent.lab.learner.notebook import append_observation
+from miniagent.lab.learner.notebook import TEXT, PredictionError, append_observation, how_to_predict
 from miniagent.lab.learner.scoring import compare
 
 CLEAN = {"outcome": "timeout", "stop_reason": None, "wall_s": 30.4, "cpu_mean": 97.2, "tool_calls": 180,
@@ -60,3 +60,73 @@ def test_a_busy_machine_is_said_only_when_the_run_was_scored(tmp_path):
         block(tmp_path, machine_busy=True)
     unexercised = block(tmp_path, machine_busy=True, needs_met=False)
     assert "never exercised" in unexercised and "was busy during this run" not in unexercised
+
+
+# A whole block, as the learner's file gets it: the record, the paragraph, the table, the links, blank lines and
+# all (Markdown needs the blank lines: without the one before a table, the table is a paragraph of pipes).
+
+def test_a_crashed_run_in_spanish_is_written_whole(tmp_path):
+    (tmp_path / "runs").mkdir()
+    observed = {"outcome": "crash", "stop_reason": None, "wall_s": 1.5, "cpu_mean": 40.0, "tool_calls": 0, "turns": 1,
+                "processes_left": [], "loop_start_s": 0.5, "signal": "SIGSEGV"}
+    path = append_observation(tmp_path, "bea", "00-no-cap", observed, compare({"outcome": "timeout", "wall_s": 30}, observed),
+                              tmp_path / "runs" / "r.json", tmp_path / "runs" / "r.svg", "2026-11-26 08:00", "es")
+    text = path.read_text(encoding="utf-8")
+    assert text[text.rindex("### "):] == (
+        "### Observado — 00-no-cap (2026-11-26 08:00)\n\n"
+        "```observed\noutcome: crash\nstop_reason: none\nwall_s: 1.5\ncpu_percent: 40\ntool_calls: 0\n"
+        "processes_left: 0\ncrashed: SIGSEGV\n```\n\n"
+        "Esta ejecución se rompió: el agente murió por SIGSEGV tras 1 turno(s). Un fallo así no dice nada de la avería, "
+        "así que no se ha puntuado nada, y repetirla con la máquina más tranquila no servirá de nada: mira «Cuando el "
+        "modelo se rompe» en el lab 02.\n\n"
+        "| | predicho | observado | acierto/fallo | tolerancia |\n|---|---|---|---|---|\n"
+        "| outcome | timeout | crash | se rompió | exacto |\n"
+        "| wall_s | 30 | 1.5 | se rompió | ±15 s (15–45 s) |\n"
+        "| cpu_percent | ? | 40 | sin predecir | ±25 puntos |\n"
+        "| tool_calls | ? | 0 | sin predecir | ×2 o ±2 |\n"
+        "| processes_left | ? | 0 | sin predecir | exacto |\n\n"
+        "- registro de la ejecución: [r.json](../../runs/r.json)\n- gráfica: [r.svg](../../runs/r.svg)\n")
+
+
+def test_a_scored_run_with_misses_asks_what_surprised_the_learner_whole(tmp_path):
+    observed = {"outcome": "crash", "stop_reason": None, "wall_s": 1.5, "cpu_mean": 40.0, "tool_calls": 0,
+                "processes_left": []}
+    path = append_observation(tmp_path, "bea", "00-no-cap", observed, compare({"outcome": "timeout", "wall_s": 30},
+                                                                               observed), None, None, "w", "en")
+    text = path.read_text(encoding="utf-8")
+    assert text[text.rindex("### "):] == (
+        "### Observed — 00-no-cap (w)\n\n"
+        "```observed\noutcome: crash\nstop_reason: none\nwall_s: 1.5\ncpu_percent: 40\ntool_calls: 0\n"
+        "processes_left: 0\n```\n\n"
+        "| | predicted | observed | hit/miss | tolerance |\n|---|---|---|---|---|\n"
+        "| outcome | timeout | crash | miss | exact |\n"
+        "| wall_s | 30 | 1.5 | miss | ±15 s (15–45 s) |\n"
+        "| cpu_percent | ? | 40 | not predicted | ±25 points |\n"
+        "| tool_calls | ? | 0 | not predicted | ×2 or ±2 |\n"
+        "| processes_left | ? | 0 | not predicted | exact |\n\n"
+        "**What surprised you?** 2 of your 2 predictions missed. Before you read on, write here what you expected, "
+        "what happened instead, and what in the loop could explain the gap. Stuck? `invoke hint no-cap` gives hint 1 "
+        "(then 2, then 3).\n")
+
+
+def test_a_run_without_a_prediction_says_so_and_nothing_more(tmp_path):
+    observed = {"outcome": "answer", "stop_reason": "answered", "wall_s": 1.0, "cpu_mean": 10.0, "tool_calls": 1,
+                "processes_left": []}
+    text = append_observation(tmp_path, "bea", "00-no-cap", observed, None, None, None, "w").read_text(encoding="utf-8")
+    block = text[text.rindex("### "):]
+    assert block.endswith("```\n\n" + TEXT["en"]["no_prediction"] + "\n")
+
+
+def test_a_prediction_error_names_the_file_the_line_and_what_it_holds():
+    assert str(PredictionError("learners/bea/notebook.md", 12, "  wall_s: soon  ", "wall_s: not a number")) == \
+        'learners/bea/notebook.md:12: "wall_s: soon" wall_s: not a number'
+    assert str(PredictionError("learners/bea/notebook.md", None, None, "no prediction block")) == \
+        "learners/bea/notebook.md: no prediction block"
+
+
+@pytest.mark.parametrize("lang, first", [("en", "You have no prediction for 00-no-cap yet."),
+                                         ("es", "Todavía no tienes una predicción para 00-no-cap.")])
+def test_the_way_to_predict_names_the_break_the_learner_and_their_notebook(lang, first):
+    text = how_to_predict("00-no-cap", "bea", lang)
+    assert text.startswith(first) and "invoke predict no-cap --learner bea" in text
+    assert "learners/bea/notebook.md" in text and text.endswith("invoke exp no-cap --learner bea")
