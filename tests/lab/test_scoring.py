@@ -88,3 +88,75 @@ def test_no_language_is_english_and_an_unknown_one_is_refused():
     assert cells(render_comparison(ROWS, None), 0)[3] == "hit"
     with pytest.raises(ValueError, match="language must be one of"):
         render_comparison(ROWS, "fr")
+
+
+# How a prediction is judged, on numbers worked out by hand: the tolerance a row shows and its edges.
+
+from miniagent.lab.learner.fields import fmt  # noqa: E402
+from miniagent.lab.learner.scoring import compare, exercised, observed_values  # noqa: E402
+
+RUN = {"outcome": "timeout", "wall_s": 30.0, "cpu_mean": 98.0, "tool_calls": 180, "processes_left": []}
+
+
+def row(field: str, predicted, **observed):
+    return next(r for r in compare({field: predicted}, {**RUN, **observed}) if r.field == field)
+
+
+@pytest.mark.parametrize("field, predicted, tolerance", [
+    ("wall_s", 2, "±3 s (0–5 s)"), ("wall_s", 20, "±10 s (10–30 s)"),
+    ("cpu_percent", 10, "±25 points (0–35 %)"), ("cpu_percent", 50, "±25 points (25–75 %)"),
+    ("tool_calls", 1, "×2 or ±2 (0–3)"), ("tool_calls", 3, "×2 or ±2 (1–6)"), ("tool_calls", 10, "×2 or ±2 (5–20)"),
+    ("outcome", "timeout", "exact"), ("processes_left", 0, "exact"),
+    ("wall_s", None, "±50 % or ±3 s"), ("cpu_percent", None, "±25 points"), ("tool_calls", None, "×2 or ±2"),
+    ("outcome", None, "exact"), ("processes_left", None, "exact"),
+])
+def test_each_field_shows_its_band_worked_out_from_the_prediction(field, predicted, tolerance):
+    assert row(field, predicted).tolerance == tolerance
+
+
+@pytest.mark.parametrize("field, predicted, observed, hit", [
+    ("wall_s", 10, {"wall_s": 5.0}, True), ("wall_s", 10, {"wall_s": 15.0}, True),
+    ("wall_s", 10, {"wall_s": 4.99}, False), ("wall_s", 10, {"wall_s": 15.01}, False),
+    ("cpu_percent", 50, {"cpu_mean": 25.0}, True), ("cpu_percent", 50, {"cpu_mean": 75.0}, True),
+    ("cpu_percent", 50, {"cpu_mean": 24.9}, False), ("cpu_percent", 50, {"cpu_mean": 75.1}, False),
+    ("tool_calls", 3, {"tool_calls": 1}, True), ("tool_calls", 3, {"tool_calls": 6}, True),
+    ("tool_calls", 3, {"tool_calls": 0}, False), ("tool_calls", 3, {"tool_calls": 7}, False),
+    ("tool_calls", 10, {"tool_calls": 5}, True), ("tool_calls", 10, {"tool_calls": 4}, False),
+    ("outcome", "TIMEOUT", {"outcome": "timeout"}, True), ("outcome", "answer", {}, False),
+    ("processes_left", 1, {"processes_left": [{"pid": 9}]}, True), ("processes_left", 0, {"processes_left": [1]}, False),
+    ("processes_left", 2, {"processes_left": 2}, True),  # a count already: taken as it is
+])
+def test_a_band_holds_its_edges_and_nothing_past_them(field, predicted, observed, hit):
+    assert row(field, predicted, **observed).hit is hit
+
+
+def test_a_figure_the_run_lacks_is_not_observed_rather_than_missed():
+    assert row("wall_s", 10, wall_s=None).hit is None and row("outcome", "answer", outcome=None).hit is None
+
+
+def test_the_record_maps_onto_the_prediction_fields():
+    assert observed_values({**RUN, "stop_reason": "max_turns", "processes_left": [{"pid": 1}, {"pid": 2}]}) == {
+        "outcome": "timeout", "stop_reason": "max_turns", "wall_s": 30.0, "cpu_percent": 98.0, "processes_left": 2,
+        "tool_calls": 180}
+    assert observed_values({"processes_left": 3})["processes_left"] == 3 and observed_values({})["processes_left"] is None
+
+
+def test_a_crashed_or_unexercised_run_is_not_exercised():
+    assert exercised(RUN) and exercised({**RUN, "needs_met": True}) and exercised({**RUN, "signal": ""})
+    assert not exercised({**RUN, "needs_met": False}) and not exercised({**RUN, "signal": "SIGSEGV"})
+
+
+@pytest.mark.parametrize("value, shown", [(None, "?"), (True, "true"), (False, "false"), (30.0, "30"), (98.666, "98.7"),
+                                          (0.05, "0.1"), (2.96, "3"), (2, "2"), (float("inf"), "inf"), (float("nan"), "nan"),
+                                          ("Timeout", "Timeout")])
+def test_numbers_are_shown_for_people(value, shown):
+    assert fmt(value) == shown
+
+
+def test_hit_word_is_english_by_default():
+    assert hit_word(True, 1) == "hit" and hit_word(None, None) == "not predicted"
+
+
+def test_a_value_not_predicted_but_observed_reads_not_predicted_in_the_table():
+    table = render_comparison([Row("wall_s", None, 30.0, None, "±50 % or ±3 s")])
+    assert str(table.columns[3]._cells[0]) == "not predicted"
