@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from miniagent.lab.learner.notebook import TEXT, PredictionError, append_observation, how_to_predict
+from miniagent.lab.learner.notebook import DEFAULT_HEADER, TEXT, PredictionError, append_observation, how_to_predict
 from miniagent.lab.learner.scoring import compare
 
 CLEAN = {"outcome": "timeout", "stop_reason": None, "wall_s": 30.4, "cpu_mean": 97.2, "tool_calls": 180,
@@ -130,3 +130,22 @@ def test_the_way_to_predict_names_the_break_the_learner_and_their_notebook(lang,
     text = how_to_predict("00-no-cap", "bea", lang)
     assert text.startswith(first) and "invoke predict no-cap --learner bea" in text
     assert "learners/bea/notebook.md" in text and text.endswith("invoke exp no-cap --learner bea")
+
+
+@pytest.mark.parametrize("changes, paragraph", [
+    ({"needs_met": False}, "Run it again: `invoke exp no-cap --learner bea`."),
+    ({"machine_busy": True}, "The machine was busy during this run: wall time and CPU figures are disturbed."),
+])
+def test_the_paragraph_stands_apart_from_the_table_by_a_blank_line(tmp_path, changes, paragraph):
+    assert paragraph + "\n\n| | predicted |" in block(tmp_path, **changes)
+
+
+def test_a_prediction_the_run_has_no_figure_for_reads_not_observed(tmp_path):
+    observed = {**CLEAN, "wall_s": None}
+    path = append_observation(tmp_path, "bea", "00-no-cap", observed, compare({"wall_s": 10}, observed), None, None, "w")
+    assert "| wall_s | 10 | ? | not observed | ±5 s (5–15 s) |" in path.read_text(encoding="utf-8")
+
+
+def test_a_notebook_an_observation_creates_is_in_the_learners_language(tmp_path):
+    path = append_observation(tmp_path, "bea", "00-no-cap", CLEAN, None, None, None, "w", "es")
+    assert path.read_text(encoding="utf-8").startswith(DEFAULT_HEADER["es"]) and DEFAULT_HEADER["es"] != DEFAULT_HEADER["en"]

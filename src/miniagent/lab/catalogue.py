@@ -86,9 +86,12 @@ class Expect:
         for name, value in vars(self).items():
             if value is None:
                 continue
-            key, _, bound = name.rpartition("_") if name.endswith(("_min", "_max")) else (name, "", "")
-            shown.append(f"{key} {'>=' if bound == 'min' else '<=' if bound == 'max' else '='} {value}"
-                         if bound else f"{name} {value}")
+            if name.endswith("_min"):
+                shown.append(f"{name[:-4]} >= {value}")
+            elif name.endswith("_max"):
+                shown.append(f"{name[:-4]} <= {value}")
+            else:
+                shown.append(f"{name} {value}")
         return ", ".join(shown)
 
     def failures(self, record: dict) -> list[str]:
