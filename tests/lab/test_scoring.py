@@ -160,3 +160,8 @@ def test_hit_word_is_english_by_default():
 def test_a_value_not_predicted_but_observed_reads_not_predicted_in_the_table():
     table = render_comparison([Row("wall_s", None, 30.0, None, "±50 % or ±3 s")])
     assert str(table.columns[3]._cells[0]) == "not predicted"
+
+
+def test_a_prediction_without_an_observed_figure_reads_not_observed_in_the_table():
+    table = render_comparison([Row("wall_s", 10, None, None, "±5 s (5–15 s)")], "es")
+    assert str(table.columns[3]._cells[0]) == "sin observar"
