@@ -12,6 +12,7 @@ from miniagent.agent.config import TutorConfig
 from miniagent.agent.grounding import (ArgumentGrounding, Grounds, persons_named, proposed_verbs, tenses_named,
                                        verbs_named)
 from miniagent.agent.loop import GrammarTutor
+from miniagent.agent.ports import ModelReply
 from miniagent.agent.trace import Trace
 from miniagent.models.scripted import ScriptedBackend
 
@@ -129,3 +130,65 @@ def test_each_model_call_gets_the_grounds_and_the_trace_says_what_they_narrowed(
     asked = {"person": ["she"], "tense": ["past simple"], "verb": ["go"]}
     assert narrowed == [asked, {**asked, "answer": ["she went"]}]
     assert [g.narrowed() for g in model.given] == narrowed
+
+
+# What the agent wing's mutation run (2026-11-26, after grounding landed) showed untested.
+
+@pytest.mark.parametrize("quoted, verbs", [
+    ("carries", ("carries", "carry")), ("tried", ("tried", "try")), ("watches", ("watches", "watch", "watche")),
+    ("rings", ("rings", "ring")), ("baked", ("baked", "bak", "bake")), ("making", ("making", "mak", "make")),
+    ("owing", ("owing", "ow", "owe")),  # the shortest word an ending leaves a stem of two letters in
+    ("dies", ("dies", "di", "die")),  # too short for "ies" -> "y": read as "es"
+    ("used", ("used", "use")),  # "us" is a pronoun, never a verb
+    ("go", ("go",)), ("is", ("is",)),  # no ending: the word alone
+])
+def test_a_quoted_form_brings_the_stems_its_regular_ending_leaves(quoted, verbs):
+    assert verbs_named(f"What is the past simple of '{quoted}' for she?") == verbs
+
+
+def test_a_lone_pronoun_anywhere_in_the_question_is_its_person():
+    assert persons_named("In the past simple, how does she say go?") == ("she",)
+
+
+def test_before_any_question_the_guard_narrows_nothing():
+    assert ArgumentGrounding(enabled=True).for_turn() is None
+
+
+def test_an_error_clears_the_answer_a_result_offered_and_every_proposal_is_kept():
+    guard = ArgumentGrounding(enabled=True)
+    guard.start("What is the past simple of 'went' for she?")
+    guard.saw_result("conjugate", "she went")
+    assert guard.for_turn().answer == "she went"
+    guard.saw_error("error: 'went' is the past of 'go'; give the base form 'go'.")
+    guard.saw_error("error: 'wented' is not a verb; give the base form 'wend'.")
+    turn = guard.for_turn()
+    assert turn.answer == "" and turn.verbs == ("went", "go", "wend")
+
+
+def test_a_proposal_does_not_ground_a_question_that_named_no_verb():
+    guard = ArgumentGrounding(enabled=True)
+    guard.start("What is the past simple of do for she?")  # "do" unquoted is a word of the request: no verb named
+    guard.saw_error("error: 'went' is the past of 'go'; give the base form 'go'.")
+    assert guard.for_turn().verbs == ()
+
+
+class Repeater:
+    """Calls conjugate twice with the same arguments (dedup answers the second), then answers."""
+
+    name = "repeater"
+
+    def __init__(self) -> None:
+        self.given: list[Grounds | None] = []
+
+    def next_action(self, scratchpad, **kwargs):
+        self.given.append(kwargs.get("grounds"))
+        calls = sum(1 for e in scratchpad if e.role == "action")
+        text = ('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}' if calls < 2
+                else '{"answer": "She went."}')
+        return ModelReply(text, "stop", 10, 10, 0.0)
+
+
+def test_a_repeat_that_dedup_answers_still_grounds_the_answer():
+    model = Repeater()
+    GrammarTutor(model, Tools(), TutorConfig(), Trace.memory()).run("What is the past simple of go for she?")
+    assert model.given[2] is not None and model.given[2].answer == "she went"
