@@ -187,7 +187,7 @@ def busy_elsewhere(window: float = 0.25) -> float | None:
     others, own, started = OtherPrograms(), own_tree_seconds(), time.monotonic()
     time.sleep(window)
     own, elapsed = own_tree_seconds() - own, time.monotonic() - started
-    return others.cores(own / elapsed if elapsed > 0 else 0.0)
+    return others.cores(own / elapsed) if elapsed > 0 else None  # no time passed: nothing measured
 
 
 def load_average() -> float | None:

@@ -106,6 +106,20 @@ def test_busy_elsewhere_measures_a_quarter_second_and_counts_our_own_tree_as_our
     assert clock.slept == [0.25]
 
 
+def test_busy_elsewhere_takes_our_share_over_the_window_it_measured(monkeypatch):
+    own = [5.0, 5.5]
+    monkeypatch.setattr(processes, "own_tree_seconds", lambda: own.pop(0))
+    fake_machine(monkeypatch, [(10.0, 100.0), (11.5, 102.0)], Clock(10.0, 10.0, 12.0, 12.0))
+    assert processes.busy_elsewhere() == pytest.approx(1.25)  # 1.5 cores busy; ours 0.5 s in 2 s is 0.25 of one
+
+
+def test_busy_elsewhere_is_none_when_no_time_passed(monkeypatch):
+    own = [5.0, 5.5]
+    monkeypatch.setattr(processes, "own_tree_seconds", lambda: own.pop(0))
+    fake_machine(monkeypatch, [(10.0, 100.0), (11.5, 102.0)], Clock(5.0, 5.0, 5.0, 5.0))
+    assert processes.busy_elsewhere() is None
+
+
 def test_busy_elsewhere_is_none_when_the_machine_cannot_be_read(monkeypatch):
     monkeypatch.setattr(processes, "machine_busy_s", lambda: None)
     assert processes.busy_elsewhere(0.01) is None
