@@ -173,3 +173,141 @@ def test_the_prompt_keeps_the_question_and_drops_the_oldest_steps_in_pairs_when_
     cut = decoder.prompt_text(pad)
     assert cut.startswith("Q: " + PAD[0].text) and "(earlier steps omitted)" in cut and '"v0"' not in cut
     assert '"v5"' in cut and len(cut) < len(whole)
+
+
+# What the models wing's run of these tests alone (2026-11-26) showed they left to the real-model tests.
+
+def test_a_verb_longer_than_its_eight_tokens_is_cut_and_closed():
+    rt = Wants('{"tool": "conjugate", "verb": "understand", "tense": "past simple", "person": "she"}')
+    reply = ScoredDecoder(rt).reply(SECOND, schema_for_turn(False, True))
+    assert reply.text.startswith('{"tool": "conjugate", "verb": "understa", "tense": ')  # 8 byte-tokens, then '"'
+
+
+def test_grounded_options_are_scored_as_the_characters_they_are():
+    target = '{"answer": "él fue"}'
+    rt = Wants(target)
+    schema = schema_for_turn(False, True)
+    answer = next(b for b in schema["anyOf"] if "answer" in b["properties"])
+    answer["properties"]["answer"] = {"enum": ["él fue", "ella fue"]}
+    assert ScoredDecoder(rt).reply(SECOND, {"anyOf": [answer]}).text == target  # not "\\u00e9l fue"
+
+
+def test_a_number_field_left_with_one_option_is_written_bare():
+    rt = Wants('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she", "steps": 1}')
+    schema = schema_for_turn(True)
+    call = next(b for b in schema["anyOf"] if b["properties"].get("tool", {}).get("const") == "conjugate")
+    call["properties"]["steps"] = {"type": "integer", "minimum": 1, "maximum": 1}
+    assert ScoredDecoder(rt).reply(PAD, {"anyOf": [call]}).text == rt.target
+
+
+class Primed(Wants):
+    """Remembers what the decoder hands the runtime's cache and how often it scores."""
+
+    def __init__(self, target: str, model_path: str) -> None:
+        super().__init__(target)
+        self.model_path, self.primed_with, self.calls = model_path, [], 0
+
+    def prime(self, prefix, cache_dir):
+        self.primed_with.append(cache_dir)
+        return super().prime(prefix, cache_dir)
+
+    def score(self, prompt, options):
+        self.calls += 1
+        return super().score(prompt, options)
+
+
+def test_the_priors_are_kept_in_the_cache_and_read_back_by_the_next_process(tmp_path):
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"weights")
+    target = '{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she", "steps": 1}'
+    first = Primed(target, str(model))
+    decoder = ScoredDecoder(first, cache_dir=tmp_path / "cache")
+    assert first.primed_with == [tmp_path / "cache"]
+    decoder.reply(PAD, schema_for_turn(True))
+    saved = sorted((tmp_path / "cache").glob("priors-*.npz"))
+    assert len(saved) == 1 and not list((tmp_path / "cache").glob("*.tmp.npz"))  # written whole, then renamed
+    second = Primed(target, str(model))
+    again = ScoredDecoder(second, cache_dir=str(tmp_path / "cache"))
+    assert set(again._calibration) == set(decoder._calibration) and again._calibration
+    again.reply(PAD, schema_for_turn(True))
+    assert second.calls < first.calls  # the priors came from the file, not from scoring the neutral question
+    other = Primed(target, str(model))
+    other.priors_tag = "another server"
+    assert ScoredDecoder(other, cache_dir=tmp_path / "cache")._priors_file != saved[0]  # its own priors
+    assert ScoredDecoder(Primed(target, str(model)))._priors_file is None  # no cache, no file
+
+
+def test_a_damaged_priors_file_is_computed_again(tmp_path):
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"weights")
+    target = '{"tool": "list_tenses"}'
+    decoder = ScoredDecoder(Primed(target, str(model)), cache_dir=tmp_path)
+    decoder._priors_file.write_bytes(b"not numpy")
+    assert ScoredDecoder(Primed(target, str(model)), cache_dir=tmp_path)._calibration == {}
+
+
+class Prejudiced(Wants):
+    """A model that prefers "past simple" in any context, a little less after a real question than after none."""
+
+    def score(self, prompt, options):
+        self.sync(prompt)
+        texts = [self.vocab.detokenize(o) for o in options]
+        if not any(t.startswith(("past simple", "present simple")) for t in texts):
+            return super().score(prompt, options)
+        neutral = "Q: N/A" in self.vocab.detokenize(prompt)
+        prior = {"past simple": 0.0, "present simple": -2.0}
+        content = {"past simple": -1.0, "present simple": -1.2}
+        table = prior if neutral else content
+        return np.array([table.get(t.split('"')[0], -10.0) for t in texts])
+
+
+def test_calibration_subtracts_half_of_the_prior_from_a_tense():
+    # after the question: past -1.0, present -1.2; after no question: past 0, present -2.
+    # calibrated: past -1.0 - 0.5 x 0 = -1.0; present -1.2 - 0.5 x -2 = -0.2: the present wins.
+    rt = Prejudiced('{"tool": "conjugate", "verb": "go", "tense": "present simple", "person": "she"}')
+    reply = ScoredDecoder(rt).reply(SECOND, schema_for_turn(False, True))
+    assert '"tense": "present simple"' in reply.text
+
+
+def test_a_greedy_backend_gets_the_prompt_the_schema_and_the_partial_and_its_text_is_counted():
+    seen = []
+
+    def greedy(prompt, schema, partial):
+        seen.append((prompt, schema, partial))
+        return "", False
+
+    decoder = ScoredDecoder(Wants('{"tool": "list_tenses"}'))
+    schema = schema_for_turn(True)
+    reply = decoder.reply(PAD, schema, partial="{", greedy=greedy)
+    assert seen == [(decoder.prompt_text(PAD), schema, "{")]
+    assert (reply.text, reply.finish_reason, reply.completion_tokens) == ("", "length", 0)
+    assert 0 <= reply.latency_s < 5
+
+
+def test_the_deadline_is_the_time_left_from_now():
+    import time
+
+    seen = []
+
+    class Timed(Wants):
+        def score(self, prompt, options):
+            seen.append(self.deadline - time.monotonic())
+            return super().score(prompt, options)
+
+    ScoredDecoder(Timed('{"tool": "list_tenses"}')).reply(PAD, schema_for_turn(True), timeout_s=30)
+    assert seen and all(25 < left <= 30 for left in seen)
+
+
+def test_the_window_keeps_every_step_while_they_fit_and_two_steps_always():
+    rt = Wants('{"tool": "list_tenses"}')
+    decoder = ScoredDecoder(rt)
+    pad = [PAD[0]] + [Entry("action", '{"tool": "list_tenses"}'), Entry("observation", "x" * 300)] * 2
+    whole = decoder.prompt_text(pad)
+    rt.n_ctx = len(decoder.header_tokens) + 160 + len(whole.encode())  # exactly room for it all
+    assert decoder.prompt_text(pad) == whole
+    rt.n_ctx -= 1  # one token short: the oldest pair goes, the newest stays
+    cut = decoder.prompt_text(pad)
+    assert cut.count("x" * 300) == 1 and "(earlier steps omitted)" in cut
+    rt.n_ctx = 10  # no room at all: the question and the last step are kept whatever the window
+    assert decoder.prompt_text(pad) == cut
+    assert "(earlier steps omitted)" not in decoder.prompt_text(pad[:3])  # one step: nothing to drop
