@@ -20,8 +20,13 @@ def block(tmp_path, lang="en", **changes) -> str:
     observed = {**CLEAN, **changes}
     path = append_observation(tmp_path, "bea", "00-no-cap", observed, compare({"outcome": "timeout"}, observed),
                               None, None, "now", lang)
+    return last_block(path)
+
+
+def last_block(path) -> str:
+    """The observed block appended last, from its heading on."""
     text = path.read_text(encoding="utf-8")
-    return text[text.rindex("00-no-cap (now)"):]
+    return text[text.rindex("### "):]
 
 
 def test_a_clean_run_opens_with_no_paragraph(tmp_path):
@@ -71,8 +76,7 @@ def test_a_crashed_run_in_spanish_is_written_whole(tmp_path):
                 "processes_left": [], "loop_start_s": 0.5, "signal": "SIGSEGV"}
     path = append_observation(tmp_path, "bea", "00-no-cap", observed, compare({"outcome": "timeout", "wall_s": 30}, observed),
                               tmp_path / "runs" / "r.json", tmp_path / "runs" / "r.svg", "2026-11-26 08:00", "es")
-    text = path.read_text(encoding="utf-8")
-    assert text[text.rindex("### "):] == (
+    assert last_block(path) == (
         "### Observado — 00-no-cap (2026-11-26 08:00)\n\n"
         "```observed\noutcome: crash\nstop_reason: none\nwall_s: 1.5\ncpu_percent: 40\ntool_calls: 0\n"
         "processes_left: 0\ncrashed: SIGSEGV\n```\n\n"
@@ -93,8 +97,7 @@ def test_a_scored_run_with_misses_asks_what_surprised_the_learner_whole(tmp_path
                 "processes_left": []}
     path = append_observation(tmp_path, "bea", "00-no-cap", observed, compare({"outcome": "timeout", "wall_s": 30},
                                                                                observed), None, None, "w", "en")
-    text = path.read_text(encoding="utf-8")
-    assert text[text.rindex("### "):] == (
+    assert last_block(path) == (
         "### Observed — 00-no-cap (w)\n\n"
         "```observed\noutcome: crash\nstop_reason: none\nwall_s: 1.5\ncpu_percent: 40\ntool_calls: 0\n"
         "processes_left: 0\n```\n\n"
@@ -112,9 +115,8 @@ def test_a_scored_run_with_misses_asks_what_surprised_the_learner_whole(tmp_path
 def test_a_run_without_a_prediction_says_so_and_nothing_more(tmp_path):
     observed = {"outcome": "answer", "stop_reason": "answered", "wall_s": 1.0, "cpu_mean": 10.0, "tool_calls": 1,
                 "processes_left": []}
-    text = append_observation(tmp_path, "bea", "00-no-cap", observed, None, None, None, "w").read_text(encoding="utf-8")
-    block = text[text.rindex("### "):]
-    assert block.endswith("```\n\n" + TEXT["en"]["no_prediction"] + "\n")
+    path = append_observation(tmp_path, "bea", "00-no-cap", observed, None, None, None, "w")
+    assert last_block(path).endswith("```\n\n" + TEXT["en"]["no_prediction"] + "\n")
 
 
 def test_a_prediction_error_names_the_file_the_line_and_what_it_holds():
