@@ -262,7 +262,6 @@ class OpenAIBackend:
         self.rt = ServerRuntime(self.server, model_path, n_ctx=n_ctx, warm_up=warm_up, startup_s=startup_s)
         # the same walk as the local backend's, over the server (its warm-up runs as the header is primed)
         self.decoder = ScoredDecoder(self.rt, max_action_tokens=max_action_tokens, cache_dir=cache_dir)
-        self.max_action_tokens = max_action_tokens
         self.decode = decode
         self.url = self.server.base_url
         if decode == "scored" and self.rt.logprobs_ok is False:
@@ -305,7 +304,7 @@ class OpenAIBackend:
 
         def ask(kind: str | None) -> tuple[str, str, dict]:
             fmt = self._format(kind, first_turn, may_answer, final, grounds) if kind else None
-            return self.server.chat(messages, self.max_action_tokens, fmt, deadline)
+            return self.server.chat(messages, self.decoder.max_action_tokens, fmt, deadline)
 
         if partial:  # a continuation is a fragment, not a whole action
             text, finish, usage = ask(None)
