@@ -250,17 +250,28 @@ def fake_record(outcome: str, cpu: float) -> RunRecord:
                      cpu_mean=cpu, tool_calls=12, started_at="2025-01-01T10:00:00")
 
 
-def test_the_svg_is_well_formed_and_has_a_line(tmp_path):
-    path = write_svg(fake_record("timeout", 98.0), tmp_path / "one.svg", title="busy <loop> & co")
+def _line_points(root, gid: str) -> int:
+    """How many points the SVG line named ``gid`` joins (matplotlib draws a line as one path: M, then L per point)."""
+    group = next(el for el in root.iter() if el.get("id") == gid)
+    d = next(el for el in group.iter() if el.tag.endswith("path")).get("d")
+    return d.count("M") + d.count("L")
+
+
+def test_the_svg_is_well_formed_and_draws_every_sample(tmp_path):
+    path = write_svg(fake_record("timeout", 98.0), tmp_path / "one.svg", title="busy <loop> & co at $5 and $6")
     root = ET.parse(path).getroot()
     assert root.tag.endswith("svg")
-    lines = [el for el in root.iter() if el.tag.endswith(("polyline", "path"))]
-    assert lines and len(lines[0].get("points", "").split()) == 15
+    assert _line_points(root, "cpu") == 15 and _line_points(root, "kill") == 2
     texts = " ".join(el.text or "" for el in root.iter() if el.tag.endswith("text"))
-    assert "one core" in texts and "timeout: kill" in texts and "busy <loop> & co" in texts
+    assert "one core" in texts and "timeout: killed" in texts and "busy <loop> & co at $5 and $6" in texts
+    assert "loop starts" in texts and "other programs" not in texts  # no sample says what other programs used
     pair = write_svg_pair(fake_record("timeout", 98.0), fake_record("fallback", 2.0), tmp_path / "pair.svg")
     root = ET.parse(pair).getroot()
-    assert len([el for el in root.iter() if el.tag.endswith("polyline")]) == 2
+    assert _line_points(root, "broken-cpu") == _line_points(root, "fixed-cpu") == 15
+    ids = {el.get("id") for el in root.iter()}
+    assert "broken-kill" in ids and "fixed-kill" not in ids  # only the run the harness ended shows the kill
+    assert path.read_bytes() == write_svg(fake_record("timeout", 98.0), tmp_path / "again.svg",
+                                          title="busy <loop> & co at $5 and $6").read_bytes()
 
 
 def test_save_record_round_trips(tmp_path):
@@ -332,11 +343,14 @@ def test_a_docs_chart_is_readable_at_the_page_width_and_speaks_the_page_language
     import re
 
     svg = (CHARTS / name).read_text(encoding="utf-8")
-    width = float(re.search(r'<svg[^>]* width="([\d.]+)"', svg).group(1))
-    sizes = [float(px) for px in re.findall(r"font-size: (\d+)px", svg)]
-    scale = min(1.0, DOCS_COLUMN_PX / width)
+    width, unit = re.search(r'<svg[^>]* width="([\d.]+)(pt|px)?"', svg).groups()
+    css_px = float(width) * (4 / 3 if unit == "pt" else 1)  # the browser's 96 px per inch, 72 pt per inch
+    per_unit = css_px / float(re.search(r'viewBox="0 0 ([\d.]+) ', svg).group(1))  # text sizes are in user units
+    sizes = [float(size) for size in re.findall(r"font-size: ([\d.]+)px", svg)]
+    scale = per_unit * min(1.0, DOCS_COLUMN_PX / css_px)
     assert sizes and min(sizes) * scale >= 12, f"text renders at {min(sizes) * scale:.1f} px on the page"
     texts = " ".join(re.findall(r">([^<>]+)</text>", svg))
+    assert f"<dc:language>{'es' if name.endswith('.es.svg') else 'en'}</dc:language>" in svg
     if name.endswith(".es.svg"):
         for english in ("seconds", "one core", "loop starts", "killed", "other programs", "broken", "fixed"):
             assert english not in texts, english

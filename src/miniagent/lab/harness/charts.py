@@ -1,25 +1,48 @@
 """A run's CPU over time as an SVG chart: one run, or a break's two runs stacked on the same scales (EN/ES);
-and :func:`save_record`, a run's JSON record beside its chart."""
+and :func:`save_record`, a run's JSON record beside its chart.
+
+Drawn with matplotlib's object API (a ``Figure`` of its own, no pyplot state, so two charts drawn at once
+never share an axis) into SVG whose text stays text (searchable, translatable, readable by a test) and
+whose bytes depend only on the record: no date, fixed ids, every sample kept (no path simplification)."""
 
 from __future__ import annotations
 
+import io
 import math
 from datetime import datetime
 from pathlib import Path
-from xml.sax.saxutils import escape
+
+import matplotlib
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MultipleLocator
 
 from ..words import LANGS, section, words
 from .record import CORES, RunRecord
 
-
-# One panel is as wide as the docs' text column (about 690 px), so the browser draws it at about its
-# own size and the labels stay readable (14 px and up).  Two runs are stacked, one above the other,
-# on the same scales, never side by side.
-PANEL_W, PANEL_H = 720, 300
-MARGIN = {"left": 66, "right": 16, "top": 58, "bottom": 50}
-FONT_PX = {"text": 14, "title": 17, "sub": 14, "note": 14}
+# One panel is as wide as the docs' text column (about 690 CSS px: 7.2 in at the browser's 96 px per inch), so
+# the page draws it at about its own size; text is set in points (an SVG point is 4/3 of a CSS px), and
+# 10.5 pt reads as 14 px.  Two runs are stacked, one above the other, on the same scales, never side by side.
+PANEL_IN = (7.2, 3.4)
+FONT_PT = {"text": 10.5, "title": 12.5, "sub": 10, "ticks": 10}
+COLOURS = {"cpu": "#1f6fb2", "others": "#bbbbbb", "core": "#888888", "start": "#aaaaaa", "kill": "#c0392b",
+           "grid": "#e4e4e4", "frame": "#999999", "muted": "#444444"}
+NOTE_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1}  # a note stays readable over a line
+STYLE = {
+    "svg.fonttype": "none",      # text as <text>, not glyph outlines
+    "svg.hashsalt": "miniagent",  # the same ids on every run
+    "path.simplify": False,      # every CPU sample is drawn, none merged away
+    "text.parse_math": False,    # a title with two $ signs is a title, not TeX
+    "font.family": "sans-serif",
+    "font.size": FONT_PT["text"],
+    "xtick.labelsize": FONT_PT["ticks"],
+    "ytick.labelsize": FONT_PT["ticks"],
+    "axes.edgecolor": COLOURS["frame"],
+    "text.color": "#222222",
+}
 
 CHART_TEXT = section("chart")
+PAIR_TITLES = {lang: words(lang)["chart_pair"]["titles"] for lang in LANGS}
 
 
 def _nice_step(span: float, max_ticks: int = 8) -> float:
@@ -43,108 +66,81 @@ def _num(value: float, lang: str) -> str:
     return f"{value:g}".replace(".", CHART_TEXT[lang]["decimal"])
 
 
-def _chart(record: RunRecord, *, y0: float, x_max: float, y_max: float, title: str, lang: str = "en") -> list[str]:
-    """The SVG elements of one chart, placed at vertical offset ``y0``."""
+def _kill_at(record: RunRecord) -> float | None:
+    """When the harness ended the run (the deadline, for a timeout), or None when the run ended by itself."""
+    if record.outcome == "timeout":
+        return record.deadline_s if record.deadline_s is not None else record.timeout
+    if record.outcome == "interrupted":
+        return record.wall_s
+    return None
+
+
+def _draw(ax, record: RunRecord, *, x_max: float, y_max: float, title: str, lang: str, gid: str) -> None:
+    """One run on one axis; ``gid`` names its lines in the SVG (``<gid>cpu``, ``<gid>others``, ...)."""
     t = CHART_TEXT[lang]
-    left, top = MARGIN["left"], y0 + MARGIN["top"]
-    w = PANEL_W - MARGIN["left"] - MARGIN["right"]
-    h = PANEL_H - MARGIN["top"] - MARGIN["bottom"]
-    bottom = top + h
-
-    def px(sec: float) -> float:
-        return left + sec / x_max * w
-
-    def py(cpu: float) -> float:
-        return bottom - min(cpu, y_max) / y_max * h
-
-    out = [f'<text x="{left}" y="{y0 + 22}" class="title">{escape(title)}</text>']
     sub = t["sub"].format(outcome=record.outcome, stop=record.stop_reason or t["none"], cpu=f"{record.cpu_mean:.0f}",
                           calls=record.tool_calls, left=len(record.processes_left))
-    out.append(f'<text x="{left}" y="{y0 + 42}" class="sub">{escape(sub)}</text>')
-    out.append(f'<rect x="{left}" y="{top}" width="{w}" height="{h}" class="frame"/>')
-    step_y = 100 if y_max > 250 else 50
-    for cpu in range(0, int(y_max) + 1, step_y):  # horizontal grid and y labels
-        y = py(cpu)
-        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + w}" y2="{y:.1f}" class="grid"/>')
-        out.append(f'<text x="{left - 6}" y="{y + 5:.1f}" class="ylabel">{cpu}</text>')
-    step = _nice_step(x_max)
-    sec = 0.0
-    while sec <= x_max + 1e-9:  # x ticks
-        x = px(sec)
-        out.append(f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 5}" class="axis"/>')
-        out.append(f'<text x="{x:.1f}" y="{bottom + 20}" class="xlabel">{_num(round(sec, 6), lang)}</text>')
-        sec += step
-    out.append(f'<text x="{left + w / 2}" y="{bottom + 40}" class="xlabel">{escape(t["x"])}</text>')
-    out.append(f'<text x="16" y="{top + h / 2}" class="xlabel" '
-               f'transform="rotate(-90 16 {top + h / 2})">{escape(t["y"])}</text>')
-    one_core = py(100)
-    out.append(f'<line x1="{left}" y1="{one_core:.1f}" x2="{left + w}" y2="{one_core:.1f}" class="core"/>')
-    out.append(f'<text x="{left + w - 4}" y="{one_core - 5:.1f}" class="note end">{escape(t["core"])}</text>')
+    # the title and its line of figures start at the figure's left edge: the figures need the whole width
+    left = ax.get_figure().transFigure
+    ax.annotate(title, (0.012, 1.2), xycoords=(left, ax.transAxes), fontsize=FONT_PT["title"], fontweight="bold")
+    ax.annotate(sub, (0.012, 1.07), xycoords=(left, ax.transAxes), fontsize=FONT_PT["sub"], color=COLOURS["muted"])
+    ax.set_xlim(0, x_max)
+    ax.set_ylim(0, y_max)
+    ax.xaxis.set_major_locator(MultipleLocator(_nice_step(x_max)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda sec, _: _num(round(sec, 6), lang)))
+    ax.yaxis.set_major_locator(MultipleLocator(100 if y_max > 250 else 50))
+    ax.grid(axis="y", color=COLOURS["grid"])
+    ax.set_axisbelow(True)
+    ax.set_xlabel(t["x"])
+    ax.set_ylabel(t["y"], fontsize=FONT_PT["sub"])
+    ax.axhline(100, color=COLOURS["core"], linestyle=(0, (6, 4)), linewidth=1, gid=f"{gid}core")
+    ax.text(0.995 * x_max, 100, t["core"], ha="right", va="bottom", color=COLOURS["muted"], bbox=NOTE_BOX)
     if record.loop_start_s is not None and record.loop_start_s <= x_max:
-        x = px(record.loop_start_s)
-        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom}" class="start"/>')
-        out.append(f'<text x="{x + 4:.1f}" y="{top + 16}" class="note">{escape(t["start"])}</text>')
-    if record.outcome in ("timeout", "interrupted"):
-        at = record.wall_s
-        if record.outcome == "timeout":
-            at = record.deadline_s if record.deadline_s is not None else record.timeout
-        x = px(min(at, x_max))
-        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom}" class="kill"/>')
-        out.append(f'<text x="{x - 4:.1f}" y="{top + 34}" class="note end kill-text">'
-                   f'{escape(t[record.outcome])}</text>')
-    if any(len(s) > 4 and s[4] is not None for s in record.samples):  # CPU used by other programs meanwhile
-        others = " ".join(f"{px(s[0]):.1f},{py(s[4]):.1f}" for s in record.samples if len(s) > 4 and s[4] is not None)
-        out.append(f'<polyline points="{others}" class="others"/>')
-        out.append(f'<text x="{left + 6}" y="{bottom - 8}" class="note">'
-                   f'{escape(t["others"].format(cpu=f"{record.other_cpu_mean:.0f}"))}</text>')
-    points = " ".join(f"{px(s[0]):.1f},{py(s[1]):.1f}" for s in record.samples)
-    out.append(f'<polyline points="{points}" class="cpu"/>')
-    return out
+        ax.axvline(record.loop_start_s, color=COLOURS["start"], linestyle=(0, (2, 3)), gid=f"{gid}start")
+        ax.text(record.loop_start_s, y_max, " " + t["start"], va="top", color=COLOURS["muted"], bbox=NOTE_BOX)
+    kill = _kill_at(record)
+    if kill is not None:
+        ax.axvline(min(kill, x_max), color=COLOURS["kill"], linewidth=2, gid=f"{gid}kill")
+        ax.text(min(kill, x_max), 0.88 * y_max, t[record.outcome] + " ", ha="right", color=COLOURS["kill"], bbox=NOTE_BOX)
+    others = [(s[0], s[4]) for s in record.samples if len(s) > 4 and s[4] is not None]
+    if others:  # the CPU other programs used meanwhile
+        ax.plot(*zip(*others), color=COLOURS["others"], linewidth=1.5, gid=f"{gid}others")
+        ax.text(0.01, 0.03, t["others"].format(cpu=f"{record.other_cpu_mean:.0f}"), transform=ax.transAxes,
+                color=COLOURS["muted"], bbox=NOTE_BOX)
+    if record.samples:
+        ax.plot([s[0] for s in record.samples], [s[1] for s in record.samples], color=COLOURS["cpu"],
+                linewidth=2.2, solid_joinstyle="round", gid=f"{gid}cpu")
 
 
-_STYLE = f"""<style>
-  text {{ font-family: sans-serif; font-size: {FONT_PX["text"]}px; fill: #222; }}
-  .title {{ font-size: {FONT_PX["title"]}px; font-weight: bold; }}
-  .sub {{ font-size: {FONT_PX["sub"]}px; fill: #444; }}
-  .ylabel {{ text-anchor: end; }} .xlabel {{ text-anchor: middle; }}
-  .note {{ font-size: {FONT_PX["note"]}px; fill: #444; }} .end {{ text-anchor: end; }} .kill-text {{ fill: #c0392b; }}
-  .frame {{ fill: white; stroke: #999; }} .grid {{ stroke: #e4e4e4; }} .axis {{ stroke: #999; }}
-  .core {{ stroke: #888; stroke-dasharray: 6 4; }}
-  .start {{ stroke: #aaa; stroke-dasharray: 2 3; }}
-  .kill {{ stroke: #c0392b; stroke-width: 2; }}
-  .others {{ fill: none; stroke: #bbb; stroke-width: 1.5; }}
-  .cpu {{ fill: none; stroke: #1f6fb2; stroke-width: 2.2; stroke-linejoin: round; }}
-</style>"""
-
-
-def _svg(height: int, parts: list[str], lang: str = "en") -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{PANEL_W}" height="{height}" '
-            f'viewBox="0 0 {PANEL_W} {height}" lang="{lang}">\n{_STYLE}\n'
-            f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(parts) + "\n</svg>\n")
+def _write(path: Path, runs: list[tuple[RunRecord, str, str]], lang: str) -> Path:
+    """Draw each (record, title, gid prefix) in its own panel, one above the other, on the same scales."""
+    records = [record for record, _, _ in runs]
+    x_max = max(_x_end(record) for record in records)
+    y_max = _y_top(records)
+    with matplotlib.rc_context(STYLE):
+        figure = Figure(figsize=(PANEL_IN[0], PANEL_IN[1] * len(runs)))
+        FigureCanvasSVG(figure)
+        axes = figure.subplots(len(runs), 1, squeeze=False)[:, 0]
+        figure.subplots_adjust(left=0.1, right=0.98, top=1 - 0.7 / (PANEL_IN[1] * len(runs)),
+                               bottom=0.52 / (PANEL_IN[1] * len(runs)), hspace=0.6)
+        for ax, (record, title, gid) in zip(axes, runs):
+            _draw(ax, record, x_max=x_max, y_max=y_max, title=title, lang=lang, gid=gid)
+        out = io.StringIO()
+        figure.savefig(out, format="svg", metadata={"Date": None, "Language": lang})
+    path = Path(path)
+    path.write_text(out.getvalue(), encoding="utf-8")
+    return path
 
 
 def write_svg(record: RunRecord, path: Path, title: str | None = None, lang: str = "en") -> Path:
     """A self-contained SVG line chart of the tree's CPU % over time."""
-    title = title or f"miniagent run {record.started_at}"
-    path = Path(path)
-    path.write_text(_svg(PANEL_H, _chart(record, y0=0, x_max=_x_end(record), y_max=_y_top([record]), title=title,
-                                         lang=lang), lang), encoding="utf-8")
-    return path
+    return _write(path, [(record, title or f"miniagent run {record.started_at}", "")], lang)
 
 
 def write_svg_pair(broken: RunRecord, fixed: RunRecord, path: Path,
                    titles: tuple[str, str] = ("broken", "fixed"), lang: str = "en") -> Path:
     """Two charts, one above the other, on the same scales, so the eye compares like with like."""
-    x_max = max(_x_end(broken), _x_end(fixed))
-    y_max = _y_top([broken, fixed])
-    parts = _chart(broken, y0=0, x_max=x_max, y_max=y_max, title=titles[0], lang=lang)
-    parts += _chart(fixed, y0=PANEL_H, x_max=x_max, y_max=y_max, title=titles[1], lang=lang)
-    path = Path(path)
-    path.write_text(_svg(2 * PANEL_H, parts, lang), encoding="utf-8")
-    return path
-
-
-PAIR_TITLES = {lang: words(lang)["chart_pair"]["titles"] for lang in LANGS}
+    return _write(path, [(broken, titles[0], "broken-"), (fixed, titles[1], "fixed-")], lang)
 
 
 def write_docs_charts(broken: RunRecord, fixed: RunRecord, break_id: str, assets_dir: Path) -> list[Path]:
