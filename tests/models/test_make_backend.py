@@ -116,3 +116,35 @@ def test_the_model_loads_in_a_daemon_thread_and_a_failed_load_reaches_whoever_wa
     release.set()
     with pytest.raises(FileNotFoundError, match="/nowhere.gguf"):
         loading.result(10)
+
+
+# A setting with a few values has one list of them: the settings check and each backend refuse the same way.
+CHOICES = [("decode", "sampled", "decode must be scored or greedy, not 'sampled'"),
+           ("openai_response_format", "yaml", "openai_response_format must be auto, json_schema or json_object, "
+                                              "not 'yaml'"),
+           ("llama_amx", "maybe", "llama_amx must be auto, on or off, not 'maybe'")]
+
+
+@pytest.mark.parametrize("name, value, message", CHOICES)
+def test_a_value_outside_a_settings_few_is_refused_from_every_layer_with_the_list(name, value, message):
+    from miniagent.agent.config import ConfigError
+    from miniagent.settings import load_config
+
+    with pytest.raises(ConfigError, match=f"^{message}$"):
+        load_config(cli={name: value}, env={})
+    with pytest.raises(ConfigError, match=f"^{message}$"):
+        load_config(env={f"MINIAGENT_{name.upper()}": value})
+
+
+def test_each_backend_refuses_a_decode_mode_it_has_not_before_it_loads_or_asks_anything():
+    from miniagent.agent.config import ConfigError
+    from miniagent.models.llama_params import choose_amx
+
+    with pytest.raises(ConfigError, match="^decode must be scored or greedy, not 'beam'$"):
+        llama_module.LlamaBackend("/no/such/model.gguf", decode="beam")  # the file is never opened
+    with pytest.raises(ConfigError, match="^decode must be scored or greedy, not 'beam'$"):
+        openai_compat.OpenAIBackend("http://127.0.0.1:9/v1", decode="beam")  # nothing listens on port 9
+    with pytest.raises(ConfigError, match="^openai_response_format must be auto, json_schema or json_object, not"):
+        openai_compat.OpenAIBackend("http://127.0.0.1:9/v1", response_format="text")
+    with pytest.raises(ConfigError, match="^llama_amx must be auto, on or off, not 'yes'$"):
+        choose_amx("yes")

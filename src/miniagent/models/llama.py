@@ -23,6 +23,7 @@ from ..agent.ports import Entry, ModelReply
 from .llama_params import AmxChoice
 from .llama_runtime import KVRuntime, Weights
 from .scored import ScoredDecoder
+from .settings import DECODE_MODES, check_choice
 
 
 class LlamaBackend:
@@ -30,8 +31,7 @@ class LlamaBackend:
                  max_action_tokens: int = 48, decode: str = "scored",
                  cache_dir: str | os.PathLike | None = None, amx: AmxChoice | None = None,
                  weights: Weights | None = None) -> None:
-        if decode not in ("scored", "greedy"):
-            raise ValueError("decode must be 'scored' or 'greedy'")
+        check_choice("decode", decode, DECODE_MODES)
         self.rt = KVRuntime(model_path, n_ctx=n_ctx, n_threads=n_threads, amx=amx, weights=weights)
         self.decoder = ScoredDecoder(self.rt, max_action_tokens=max_action_tokens, cache_dir=cache_dir)
         self.name = f"llama:{decode}"

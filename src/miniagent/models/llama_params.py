@@ -19,7 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-AMX_SETTINGS = ("auto", "on", "off")
+from .settings import AMX_CHOICES, check_choice
+
 UPSTREAM_REPORT = "ggml-org/llama.cpp#20824"
 CPUINFO = Path("/proc/cpuinfo")
 
@@ -63,8 +64,7 @@ class AmxChoice:
 
 
 def choose_amx(setting: str = "auto", cpuinfo: Path | None = None) -> AmxChoice:
-    if setting not in AMX_SETTINGS:
-        raise ValueError(f"llama_amx must be one of {', '.join(AMX_SETTINGS)}, not {setting!r}")
+    check_choice("llama_amx", setting, AMX_CHOICES)
     if setting == "on":
         return AmxChoice(True, "forced by llama_amx = on")
     if setting == "off":

@@ -15,8 +15,8 @@ import argparse
 import sys
 
 from ..agent.config import ConfigError, layered
-from .llama_params import AMX_SETTINGS, choose_amx
-from .settings import ModelSettings, check
+from .llama_params import choose_amx
+from .settings import AMX_CHOICES, ModelSettings, check
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="python -m miniagent.models.llama_server",
                                      description="llama-cpp-python's server, with the lab's AMX choice.")
-    parser.add_argument("--llama-amx", choices=AMX_SETTINGS, default=None,
+    parser.add_argument("--llama-amx", choices=AMX_CHOICES, default=None,
                         help="llama.cpp's AMX path: auto (off where the CPU reports AMX), on or off "
                              "(default: miniagent.toml, MINIAGENT_LLAMA_AMX, else auto)")
     add_args_from_model(parser, Settings)

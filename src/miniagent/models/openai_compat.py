@@ -48,6 +48,7 @@ from .llama_runtime import Decoded, default_model_path
 from .openai_server import TOP_LOGPROBS, ModelServer, RequestRefused, token_count
 from .prompt import HEADER, render
 from .scored import ScoredDecoder
+from .settings import DECODE_MODES, RESPONSE_FORMATS, check_choice
 from .vocabulary import Vocabulary
 
 log = logging.getLogger("miniagent")
@@ -252,10 +253,8 @@ class OpenAIBackend:
                  decode: str = "scored", response_format: str = "auto", model_path: str | None = None,
                  n_ctx: int = 2048, cache_dir: str | os.PathLike | None = None, max_retries: int = 2,
                  warm_up: bool = False, startup_s: float = STARTUP_S) -> None:
-        if decode not in ("scored", "greedy"):
-            raise ValueError("decode must be 'scored' or 'greedy'")
-        if response_format not in ("auto", "json_schema", "json_object"):
-            raise ValueError("openai_response_format must be auto, json_schema or json_object")
+        check_choice("decode", decode, DECODE_MODES)
+        check_choice("openai_response_format", response_format, RESPONSE_FORMATS)
         self.server = ModelServer(base_url, model, max_retries=max_retries)
         self.response_format = response_format
         self.format_in_use = "json_schema" if response_format == "auto" else response_format

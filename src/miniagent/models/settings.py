@@ -37,14 +37,26 @@ class ModelSettings:
     openai_startup_s: float = 10.0
 
 
+DECODE_MODES = ("scored", "greedy")
+RESPONSE_FORMATS = ("auto", "json_schema", "json_object")
+AMX_CHOICES = ("auto", "on", "off")
+
+
+def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    """One of a setting's few values, or a :class:`ConfigError` that lists them (the backends ask it too)."""
+    if value not in allowed:
+        raise ConfigError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, not {value!r}")
+
+
 def check(settings: ModelSettings) -> None:
     """Refuse a model setting that no backend could honour."""
+    check_choice("decode", settings.decode, DECODE_MODES)
+    check_choice("openai_response_format", settings.openai_response_format, RESPONSE_FORMATS)
+    check_choice("llama_amx", settings.llama_amx, AMX_CHOICES)
     if settings.max_action_tokens < 1:
         raise ConfigError("max_action_tokens must be at least 1")
     if settings.openai_startup_s <= 0:
         raise ConfigError("openai_startup_s must be positive")
-    if settings.llama_amx not in ("auto", "on", "off"):
-        raise ConfigError(f"llama_amx must be auto, on or off, not {settings.llama_amx!r}")
     if settings.n_threads < 0:
         raise ConfigError("n_threads must be 0 (auto) or more")
     if settings.openai_max_retries < 0:
