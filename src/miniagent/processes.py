@@ -170,24 +170,25 @@ class OtherPrograms:
     def __init__(self) -> None:
         self._last, self._at = machine_busy_s(), time.monotonic()
 
-    def cores(self, ours: float) -> float | None:
-        """Cores busy elsewhere since the previous reading (or the start), given ``ours``: the cores our own
-        processes kept busy meanwhile.  None when the interval measured nothing."""
+    def cores(self, ours: float = 0.0, *, ours_s: float = 0.0) -> float | None:
+        """Cores busy elsewhere since the previous reading (or the start), given what our own processes used
+        meanwhile: ``ours`` cores (a tree the caller samples), or ``ours_s`` CPU seconds (spread here over the
+        interval the machine was read over, so both sides share one clock).  None when the interval measured
+        nothing."""
         now, at = machine_busy_s(), time.monotonic()
         first, self._last, self._at, elapsed = self._last, now, at, at - self._at
         if first is None or now is None or elapsed <= 0 or now[1] <= first[1]:
             return None
         share = (now[0] - first[0]) / (now[1] - first[1])
-        return max(0.0, share * machine_cores() - ours)
+        return max(0.0, share * machine_cores() - ours - ours_s / elapsed)
 
 
 def busy_elsewhere(window: float = 0.25) -> float | None:
     """Cores kept busy by other programs right now (1.0 = one core), measured over ``window`` s; None when the
     machine's CPU cannot be read.  This process and its children are ours, not others'."""
-    others, own, started = OtherPrograms(), own_tree_seconds(), time.monotonic()
+    others, own = OtherPrograms(), own_tree_seconds()
     time.sleep(window)
-    own, elapsed = own_tree_seconds() - own, time.monotonic() - started
-    return others.cores(own / elapsed) if elapsed > 0 else None  # no time passed: nothing measured
+    return others.cores(ours_s=own_tree_seconds() - own)
 
 
 def load_average() -> float | None:

@@ -80,6 +80,12 @@ def test_few_ticks_still_measure_because_they_are_a_share_not_seconds(monkeypatc
     assert processes.OtherPrograms().cores(0.0) == pytest.approx(2.0)
 
 
+def test_ours_given_in_cpu_seconds_is_spread_over_the_interval_read(monkeypatch):
+    # 1.5 cores busy over 4 s; ours 2 CPU-seconds in those 4 s is half a core, with 0.25 of a core given as cores
+    fake_machine(monkeypatch, [(10.0, 100.0), (11.5, 102.0)], Clock(0.0, 4.0))
+    assert processes.OtherPrograms().cores(0.25, ours_s=2.0) == pytest.approx(0.75)
+
+
 def test_others_are_never_below_zero(monkeypatch):
     fake_machine(monkeypatch, [(10.0, 100.0), (10.2, 102.0)], Clock(0.0, 1.0))
     assert processes.OtherPrograms().cores(1.0) == 0.0  # we used more than the machine's busy share says
@@ -99,8 +105,8 @@ def test_an_interval_that_measured_nothing_is_none(monkeypatch, readings, clock)
 def test_busy_elsewhere_measures_a_quarter_second_and_counts_our_own_tree_as_ours(monkeypatch):
     own = [5.0, 5.5]
     monkeypatch.setattr(processes, "own_tree_seconds", lambda: own.pop(0))
-    # OtherPrograms reads the clock, then busy_elsewhere; after the sleep busy_elsewhere, then OtherPrograms
-    clock = Clock(0.0, 0.0, 1.0, 1.0)
+    # one clock for both sides: OtherPrograms reads it at the start and the end, nothing else does
+    clock = Clock(0.0, 1.0)
     fake_machine(monkeypatch, [(10.0, 100.0), (11.5, 102.0)], clock)
     assert processes.busy_elsewhere() == pytest.approx(1.0)  # 1.5 cores busy, 0.5 of them ours
     assert clock.slept == [0.25]
@@ -109,14 +115,14 @@ def test_busy_elsewhere_measures_a_quarter_second_and_counts_our_own_tree_as_our
 def test_busy_elsewhere_takes_our_share_over_the_window_it_measured(monkeypatch):
     own = [5.0, 5.5]
     monkeypatch.setattr(processes, "own_tree_seconds", lambda: own.pop(0))
-    fake_machine(monkeypatch, [(10.0, 100.0), (11.5, 102.0)], Clock(10.0, 10.0, 12.0, 12.0))
+    fake_machine(monkeypatch, [(10.0, 100.0), (11.5, 102.0)], Clock(10.0, 12.0))
     assert processes.busy_elsewhere() == pytest.approx(1.25)  # 1.5 cores busy; ours 0.5 s in 2 s is 0.25 of one
 
 
 def test_busy_elsewhere_is_none_when_no_time_passed(monkeypatch):
     own = [5.0, 5.5]
     monkeypatch.setattr(processes, "own_tree_seconds", lambda: own.pop(0))
-    fake_machine(monkeypatch, [(10.0, 100.0), (11.5, 102.0)], Clock(5.0, 5.0, 5.0, 5.0))
+    fake_machine(monkeypatch, [(10.0, 100.0), (11.5, 102.0)], Clock(5.0, 5.0))
     assert processes.busy_elsewhere() is None
 
 

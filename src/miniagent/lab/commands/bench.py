@@ -109,7 +109,7 @@ def one_process(question: str, amx: str = "auto") -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"wall_s": wall, "cpu_s": cpu, "others_pct": 100 * (others.cores(cpu / wall) or 0.0),
+    return {"wall_s": wall, "cpu_s": cpu, "others_pct": 100 * (others.cores(ours_s=cpu) or 0.0),
             "stop_reason": outcome["stop_reason"], "turns": outcome["stats"]["turns"],
             "tool_calls": outcome["stats"]["tool_calls"]}
 
