@@ -27,8 +27,7 @@ counterexample a break's page shows (``describe`` writes it in English and Spani
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
@@ -258,9 +257,6 @@ class World:
     outcomes: tuple[ToolOutcome, ...]
     config: TutorConfig
 
-    def describe(self, lang: str = "en") -> str:
-        return describe_world(self, lang)
-
 
 @dataclass
 class Run:
@@ -442,173 +438,4 @@ def worlds(tools: st.SearchStrategy[ToolOutcome] | None = None, plans: bool = Fa
     )
 
 
-# --------------------------------------------------------------------------
-# The counterexample in words
-# --------------------------------------------------------------------------
-
-WORDS = {
-    "en": {
-        "call": "calls conjugate({verb}, {tense}, {person}{steps})",
-        "steps": ", a plan of {n} steps",
-        "list_tenses": "calls list_tenses",
-        "answer": "answers “{text}”",
-        "garbage": "replies with text that is not a valid action: `{text}`",
-        "ramble": "starts an answer that never ends: every piece is cut off (finish_reason length)",
-        "fail": "fails: the model server answers an error",
-        "cuts": ", cut off {n} time(s) by the token limit (finish_reason length)",
-        "seconds": ", taking {s:g} s",
-        "tokens": " ({p} prompt + {c} completion tokens)",
-        "one": "A model that {r}, again and again, for ever.",
-        "two": "A model that alternates two replies for ever: it {a}; then it {b}.",
-        "many": "A model that plays these {n} replies in a cycle, for ever:",
-        "grammar": "It never answers where the turn's schema offers no answer, and in the final round, where the "
-                   "answer is the only branch, it answers (as under a grammar).",
-        "no_grammar": "It answers whenever its script says so, offered or not (as a backend without a grammar).",
-        "ok": "returns a result", "error": "fails with a tool error",
-        "slow": "answers after {s:g} s", "hang": "never answers (it hangs until the timeout)",
-        "server_failed": "dies (the MCP server exits)",
-        "tools_one": "Every tool call {o}.",
-        "tools_many": "Each different tool call, in turn (the same call always gets the same): {o}.",
-        "settings": "Settings that differ from the defaults: {s}.",
-        "defaults": "Every setting at its default.",
-    },
-    "es": {
-        "call": "llama a conjugate({verb}, {tense}, {person}{steps})",
-        "steps": ", con un plan de {n} pasos",
-        "list_tenses": "llama a list_tenses",
-        "answer": "responde «{text}»",
-        "garbage": "contesta con un texto que no es una acción válida: `{text}`",
-        "ramble": "empieza una respuesta que no acaba nunca: cada trozo se corta (finish_reason length)",
-        "fail": "falla: el servidor del modelo devuelve un error",
-        "cuts": ", cortada {n} vez/veces por el límite de tokens (finish_reason length)",
-        "seconds": ", y tarda {s:g} s",
-        "tokens": " ({p} tokens de prompt + {c} de respuesta)",
-        "one": "Un modelo que {r}, una y otra vez, sin parar.",
-        "two": "Un modelo que alterna dos respuestas sin parar: {a}; después {b}.",
-        "many": "Un modelo que repite en ciclo estas {n} respuestas, sin parar:",
-        "grammar": "Nunca responde si el esquema del turno no ofrece la respuesta, y en la ronda final, donde la "
-                   "respuesta es la única rama, responde (como con una gramática).",
-        "no_grammar": "Responde cuando se lo dice su guion, se le ofrezca o no (como un backend sin gramática).",
-        "ok": "devuelve un resultado", "error": "falla con un error de la herramienta",
-        "slow": "contesta al cabo de {s:g} s", "hang": "no contesta nunca (se cuelga hasta el plazo)",
-        "server_failed": "se cae (el servidor MCP termina)",
-        "tools_one": "Cada llamada a una herramienta {o}.",
-        "tools_many": "Cada llamada distinta a una herramienta, por turnos (la misma llamada, siempre igual): {o}.",
-        "settings": "Ajustes distintos de los valores por defecto: {s}.",
-        "defaults": "Todos los ajustes con su valor por defecto.",
-    },
-}
-
-
-def number(text: str, lang: str) -> str:
-    """Spanish writes a decimal comma: 0.5 s -> 0,5 s (only numbers followed by " s" are touched)."""
-    return re.sub(r"(\d)\.(\d+) s\b", r"\1,\2 s", text) if lang == "es" else text
-
-
-def describe_reply(reply: Reply, lang: str) -> str:
-    w = WORDS[lang]
-    if reply.kind == "call":
-        steps = w["steps"].format(n=reply.steps) if reply.steps is not None else ""
-        text = w["call"].format(verb=reply.verb, tense=reply.tense, person=reply.person, steps=steps)
-    elif reply.kind in ("answer", "garbage"):
-        text = w[reply.kind].format(text=reply.text)
-    else:
-        text = w[reply.kind]
-    if reply.cuts and reply.kind not in ("ramble", "fail"):
-        text += w["cuts"].format(n=reply.cuts)
-    if reply.seconds:
-        text += number(w["seconds"].format(s=reply.seconds), lang)
-    if (reply.prompt_tokens, reply.completion_tokens) != (Reply.prompt_tokens, Reply.completion_tokens):
-        text += w["tokens"].format(p=reply.prompt_tokens, c=reply.completion_tokens)
-    return text
-
-
-def describe_world(world: World, lang: str = "en") -> str:
-    w = WORDS[lang]
-    script = [describe_reply(r, lang) for r in world.script]
-    if len(script) == 1:
-        lines = [w["one"].format(r=script[0])]
-    elif len(script) == 2 and world.script[0] != world.script[1]:
-        lines = [w["two"].format(a=script[0], b=script[1])]
-    else:
-        lines = [w["many"].format(n=len(script))] + [f"{i}. {s}" for i, s in enumerate(script, 1)]
-    lines.append(w["grammar"] if world.keeps_to_schema else w["no_grammar"])
-    outcomes = [number(w[o.kind].format(s=o.seconds), lang) for o in world.outcomes]
-    lines.append(w["tools_one"].format(o=outcomes[0]) if len(set(outcomes)) == 1
-                 else w["tools_many"].format(o="; ".join(outcomes)))
-    default = TutorConfig()
-    changed = [f"`{f.name}={getattr(world.config, f.name)!r}`" for f in fields(TutorConfig)
-               if getattr(world.config, f.name) != getattr(default, f.name)]
-    lines.append(w["settings"].format(s=", ".join(changed)) if changed else w["defaults"])
-    return "\n".join(lines)
-
-
-__all__ = ["World", "Run", "Reply", "ToolOutcome", "build", "worlds", "run_world", "Runaway", "HungForever",
-           "FakeClock", "describe_world"]
-
-
-# --------------------------------------------------------------------------
-# Reading a run back from its trace
-# --------------------------------------------------------------------------
-
-def call_key(tool: str, args: dict) -> str:
-    """The loop's identity of a call (``Action.call_key``), rebuilt from a trace event."""
-    return tool + json.dumps(args or {}, sort_keys=True)
-
-
-def is_final_piece(events: list[dict], i: int) -> bool:
-    """The model_action at ``i`` is the final-answer round's reply: a final_round event follows it."""
-    return events[i]["event"] == "model_action" and i + 1 < len(events) and events[i + 1]["event"] == "final_round"
-
-
-def turns(events: list[dict]) -> list[list[dict]]:
-    """The model_action events grouped by turn (a turn ends with a piece not cut off); the final round left out.
-
-    The last group may be a turn that never ended (its pieces all cut off)."""
-    groups: list[list[dict]] = []
-    open_turn: list[dict] | None = None
-    for i, event in enumerate(events):
-        if event["event"] != "model_action" or is_final_piece(events, i):
-            continue
-        if open_turn is None:
-            open_turn = []
-            groups.append(open_turn)
-        open_turn.append(event)
-        if event["finish_reason"] != "length":
-            open_turn = None
-    return groups
-
-
-def steps(events: list[dict]) -> list[tuple[str, str]]:
-    """What the stuck detector is told: (call, result or error) for every call the model made, run or deduped."""
-    out, results, pending = [], {}, None
-    for event in events:
-        kind = event["event"]
-        if kind == "tool_call" and not event.get("forced"):
-            pending = call_key(event["tool"], event["args"])
-        elif kind == "tool_result" and pending is not None:
-            results[pending] = event["result"]
-            out.append((pending, event["result"]))
-            pending = None
-        elif kind == "tool_error" and pending is not None:
-            out.append((pending, "error: " + event["error"].split(": ", 1)[-1]))
-            pending = None
-        elif kind == "guard" and event["name"] == "dedup":
-            key = call_key(event["tool"], event["args"])
-            out.append((key, results[key]))
-    return out
-
-
-def stuck_at(steps_: list[tuple[str, str]], repeats: int, alternation: int = 6) -> int | None:
-    """The index of the first step that completes a stuck pattern (repeats in a row, or A/B alternation)."""
-    if repeats <= 0:
-        return None
-    for i in range(len(steps_)):
-        last = steps_[max(0, i + 1 - repeats):i + 1]
-        if len(last) == repeats and len(set(last)) == 1:
-            return i
-        window = steps_[max(0, i + 1 - alternation):i + 1]
-        if (len(window) == alternation and window[0] != window[1]
-                and set(window[0::2]) == {window[0]} and set(window[1::2]) == {window[1]}):
-            return i
-    return None
+__all__ = ["World", "Run", "Reply", "ToolOutcome", "build", "worlds", "run_world", "Runaway", "HungForever", "FakeClock"]

@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 import json
 
-from generated import (HungForever, Reply, Run, Runaway, ToolOutcome, World, build, call_key, is_final_piece, run_world,
-                       turns)
+from generated import HungForever, Reply, Run, Runaway, ToolOutcome, World, build, run_world
 from hypothesis import note
+from trace_steps import call_key, is_final_piece, turns
+from world_words import describe_world
 
 from miniagent.agent.actions import InvalidAction, parse_action
 from miniagent.agent.errors import Terminal
@@ -99,7 +100,7 @@ def one_failure(prop):
 
 def run(world) -> Run:
     """Run the world; on failure, hypothesis prints the world in words (the counterexample task reads it)."""
-    note("counterexample-json: " + json.dumps({"en": world.describe("en"), "es": world.describe("es")},
+    note("counterexample-json: " + json.dumps({"en": describe_world(world, "en"), "es": describe_world(world, "es")},
                                               ensure_ascii=False))
     return run_world(world)
 

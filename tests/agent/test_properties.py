@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import re
 
-from generated import Run, failing_tools, steps, stuck_at, turns, worlds
+from generated import Run, failing_tools, worlds
 from hypothesis import example, given
 
 from miniagent.agent.loop import STOP_REASON_TEXT
+from trace_steps import steps, stuck_at, turns
 from loop_worlds import (FINAL_ROUND_REASONS, STOP_REASONS, PLAN_BUDGET_USED, TOOL_TAKES_THE_WHOLE_WALL_CLOCK,
                          TAKING_TURNS_WITH_THE_DETECTOR_OFF, ONE_STEP_WITH_MAX_REPEATS_1,
                          TWO_FAILING_CALLS_TAKING_TURNS, ONE_CALL_TIMED_OUT_TWO_WAYS,

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 
 from generated import (QUESTION, FakeClock, GeneratedModel, GeneratedTools, HungForever, Reply, Runaway, ToolOutcome,
-                       is_final_piece, turns, worlds)
+                       worlds)
 from hypothesis import example, given
 from hypothesis import strategies as st
+from trace_steps import is_final_piece, turns
 
 from miniagent.agent.config import TutorConfig
 from miniagent.agent.loop import GrammarTutor

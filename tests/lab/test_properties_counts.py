@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from generated import run_world, worlds
+from world_words import describe_world
 from hypothesis import given, note
 
 from miniagent.lab.commands.classload import turn_latencies
@@ -31,7 +32,7 @@ def record_of(events: list[dict]) -> RunRecord:
 def test_the_run_records_counts_are_the_loops_own(world):
     """(es) Las cifras del registro de la ejecución son las que contó el propio bucle."""
     run = run_world(world)
-    note(world.describe())
+    note(describe_world(world))
     stats = run.outcome.stats
     record = record_of(run.events)
     # The record counts the turns the loop reached, the loop the turns it finished: they differ by the one turn
