@@ -18,7 +18,7 @@ import pytest
 from miniagent.agent.actions import parse_action, schema_for_turn
 from miniagent.agent.ports import Entry
 from miniagent.models.llama_runtime import Decoded
-from miniagent.models.prompt import NEXT_ACTION
+from miniagent.models.prompt import NEXT_ACTION, render
 from miniagent.models.scored import ScoredDecoder
 
 BOS = 256
@@ -311,3 +311,150 @@ def test_the_window_keeps_every_step_while_they_fit_and_two_steps_always():
     rt.n_ctx = 10  # no room at all: the question and the last step are kept whatever the window
     assert decoder.prompt_text(pad) == cut
     assert "(earlier steps omitted)" not in decoder.prompt_text(pad[:3])  # one step: nothing to drop
+
+
+# The walk's details that only a model would notice (the models wing's run against these tests alone, 2026-11-26,
+# left them to the real-model tests): each written so that a changed detail changes what a stand-in sees.
+
+def test_the_decoders_own_token_limit_is_the_settings_default():
+    from miniagent.models.settings import ModelSettings
+
+    assert ScoredDecoder(Wants('{"tool": "list_tenses"}')).max_action_tokens == ModelSettings().max_action_tokens
+
+
+def test_the_header_starts_with_one_bos_token_and_the_masks_share_the_cache(tmp_path):
+    asked = []
+
+    class Vocab(Bytes):
+        def masks(self, cache_dir):
+            asked.append(cache_dir)
+            return super().masks(cache_dir)
+
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"weights")
+    rt = Primed('{"tool": "list_tenses"}', str(model))
+    rt.vocab = Vocab()
+    decoder = ScoredDecoder(rt, cache_dir=tmp_path)
+    assert decoder.header_tokens[0] == BOS and decoder.header_tokens.count(BOS) == 1
+    assert asked == [tmp_path]
+
+
+def test_the_prompt_is_the_whole_scratchpad_then_the_action_mark_while_it_fits():
+    decoder = ScoredDecoder(Wants('{"tool": "list_tenses"}'))
+    assert decoder.prompt_text(SECOND) == render(SECOND) + NEXT_ACTION
+
+
+def test_a_full_window_drops_whole_pairs_from_the_oldest_and_says_so():
+    decoder = ScoredDecoder(Wants('{"tool": "list_tenses"}'))
+    pairs = [(Entry("action", f'{{"tool": "conjugate", "verb": "v{i}"}}'), Entry("observation", f"o{i} " * 40))
+             for i in range(3)]
+    pad = [PAD[0]] + [e for pair in pairs for e in pair]
+    kept = [PAD[0], Entry("observation", "(earlier steps omitted)"), *pairs[1], *pairs[2]]
+    decoder.rt.n_ctx = len(decoder.header_tokens) + 160 + len((render(kept) + NEXT_ACTION).encode())
+    assert decoder.prompt_text(pad) == render(kept) + NEXT_ACTION
+
+
+def test_an_odd_step_left_over_is_dropped_with_the_pair_before_it_when_nothing_fits():
+    decoder = ScoredDecoder(Wants('{"tool": "list_tenses"}'))
+    pad = [PAD[0], Entry("action", '{"tool": "list_tenses"}'), Entry("observation", "x" * 300),
+           Entry("action", '{"tool": "list_tenses"}')]
+    decoder.rt.n_ctx = 10
+    assert decoder.prompt_text(pad) == render([PAD[0], Entry("observation", "(earlier steps omitted)"),
+                                               pad[3]]) + NEXT_ACTION
+
+
+def test_a_continued_answer_weighs_no_option_and_a_second_cut_is_still_a_cut():
+    target = '{"answer": "She went to the market yesterday with her two brothers."}'
+    decoder = ScoredDecoder(Wants(target), max_action_tokens=8)
+    cut = decoder.reply(SECOND, schema_for_turn(False, True))
+    again = decoder.reply(SECOND, schema_for_turn(False, True), partial=cut.text)
+    assert again.finish_reason == "length" and not again.text.endswith("}") and len(again.text) == 8
+    decoder.max_action_tokens = 80
+    rest = decoder.reply(SECOND, schema_for_turn(False, True), partial=cut.text + again.text)
+    assert cut.text + again.text + rest.text == target and rest.finish_reason == "stop"
+    assert again.scoring_tokens == rest.scoring_tokens == 0  # decoding, not weighing
+
+
+def test_a_free_string_stops_at_the_quote_token():
+    stops = []
+
+    class Stops(Wants):
+        def decode_masked(self, prompt, allowed, stop_token, *, max_tokens):
+            stops.append(stop_token)
+            return super().decode_masked(prompt, allowed, stop_token, max_tokens=max_tokens)
+
+    decoder = ScoredDecoder(Stops('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}'))
+    decoder.reply(SECOND, schema_for_turn(False, True))
+    assert stops == [ord('"')] == [decoder.quote_token]
+
+
+class Priors(Wants):
+    """A model with given log-probabilities for the tenses after a real question and after none; it records the
+    neutral prompts it is asked."""
+
+    prior = {"past simple": 0.0, "present simple": -2.0}
+    content = {"past simple": -1.0, "present simple": -1.2}
+
+    def __init__(self, target: str) -> None:
+        super().__init__(target)
+        self.neutral: list[str] = []
+
+    def score(self, prompt, options):
+        self.sync(prompt)
+        text = self.vocab.detokenize(prompt)
+        if "Q: N/A" in text:
+            self.neutral.append(text)
+        texts = [self.vocab.detokenize(o) for o in options]
+        if not any(t.startswith(("past simple", "present simple")) for t in texts):
+            return super().score(prompt, options)
+        table = self.prior if "Q: N/A" in text else self.content
+        return np.array([table.get(t.split('"')[0], -10.0) for t in texts])
+
+
+def test_calibration_subtracts_the_prior_times_its_weight_not_divided_by_it():
+    class Steep(Priors):  # after no question: past -1, present -4; after the question: past -1, present -2
+        prior = {"past simple": -1.0, "present simple": -4.0}
+        content = {"past simple": -1.0, "present simple": -2.0}
+
+    # times 0.5: past -1 + 0.5 = -0.5, present -2 + 2 = 0 (present wins); divided: past -0.5, present -1.875
+    rt = Steep('{"tool": "conjugate", "verb": "go", "tense": "present simple", "person": "she"}')
+    assert '"tense": "present simple"' in ScoredDecoder(rt).reply(SECOND, schema_for_turn(False, True)).text
+
+
+def test_the_prior_is_asked_after_a_content_free_question_and_this_action_only_with_its_choices_fixed():
+    class Flat(Priors):  # no prior between the two, so the question decides: the past simple
+        prior = {"past simple": 0.0, "present simple": 0.0}
+        content = {"past simple": -1.0, "present simple": -3.0}
+
+    rt = Flat('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}')
+    assert '"tense": "past simple"' in ScoredDecoder(rt).reply(SECOND, schema_for_turn(False, True)).text
+    head = render([Entry("question", "N/A")]) + NEXT_ACTION
+    written = [text[text.index(head):] for text in rt.neutral]
+    assert written == [head + '{"tool": "conjugate", "verb": "do", "tense": "',
+                       head + '{"tool": "conjugate", "verb": "do", "tense": "present simple", "person": "']
+
+
+def test_the_priors_file_is_written_where_the_cache_folder_does_not_exist_yet(tmp_path):
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"weights")
+    decoder = ScoredDecoder(Primed('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}',
+                                   str(model)), cache_dir=tmp_path / "not" / "yet")
+    decoder.reply(SECOND, schema_for_turn(False, True))
+    assert len(list((tmp_path / "not" / "yet").glob("priors-*.npz"))) == 1
+
+
+def test_a_number_field_weighs_exactly_its_range():
+    rt = Wants('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she", "steps": 2}')
+    schema = schema_for_turn(True)
+    call = next(b for b in schema["anyOf"] if b["properties"].get("tool", {}).get("const") == "conjugate")
+    call["properties"]["steps"] = {"type": "integer", "minimum": 2, "maximum": 4}
+    assert ScoredDecoder(rt).reply(PAD, {"anyOf": [call]}).text == rt.target
+    assert rt.scored[-1] == ["2}", "3}", "4}"]
+
+
+def test_any_schema_of_the_same_shape_is_walked_two_constants_and_a_free_string_after_an_enum():
+    target = '{"kind": "call", "mode": "plain", "tense": "past simple", "note": "fine"}'
+    schema = {"anyOf": [{"type": "object", "properties": {
+        "kind": {"const": "call"}, "mode": {"const": "plain"}, "tense": {"enum": ["present simple", "past simple"]},
+        "note": {"type": "string"}}}]}
+    assert ScoredDecoder(Wants(target)).reply(PAD, schema).text == target
