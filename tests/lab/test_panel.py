@@ -44,6 +44,7 @@ def cells(panel) -> list[tuple[str, object]]:
 
 
 SAMPLES = [[0.2 * i, 50.0 * (i % 5), 300.0 + i, 2, 10.0 * i] for i in range(1, 36)]
+SAMPLES[-1] = [7.0, 75.0, 335.0, 3, 350.0]  # the last sample is the one the figures show
 
 
 @pytest.mark.skipif(CORES != 2, reason="the panel's scale line names the machine's cores")
@@ -56,8 +57,8 @@ def test_the_panel_of_a_killed_run_on_a_busy_machine_line_by_line():
         "counted from the loop's start · 7.2 s since launch",
         "loop        turn 3 · tool calls 3 · identical 1 · tool errors 1",
         'last action {"tool": "list_tenses"}',
-        # the last 30 samples: 50, 100, 150, 200, 0 % of a 200 % scale, again and again; the last one is 0 %
-        "cpu         ▃▅▆█▁▃▅▆█▁▃▅▆█▁▃▅▆█▁▃▅▆█▁▃▅▆█▁    0 % · rss 335 MB · processes 2",
+        # the last 30 samples: 50, 100, 150, 200, 0 % of a 200 % scale, again and again; the last one is 75 %
+        "cpu         ▃▅▆█▁▃▅▆█▁▃▅▆█▁▃▅▆█▁▃▅▆█▁▃▅▆█▄   75 % · rss 335 MB · processes 3",
         "(tree total; 100 % = one core busy, 200 % = all 2)",
         "other work  ▃▃▄▄▅▅▅▆▆▆▇▇▇█████████████████  350 % used by other programs · busy machine: figures disturbed"]
     assert "miniagent run: timeout" in text_of(panel)[0]
@@ -99,11 +100,25 @@ def test_the_time_bar_fills_up_to_the_timeout_and_no_further():
     assert cells(panel)[0][1].columns[1]._cells[0].completed == 1.5
 
 
+def test_a_sample_without_the_other_programs_figure_draws_no_other_work_row():
+    panel = render_panel(elapsed=1.0, timeout=6.0, progress=Progress(), samples=[[0.2, 50.0, 300.0, 2]])
+    assert [label for label, _ in cells(panel)] == ["time", "loop", "last action", "cpu", ""]
+
+
+def test_other_programs_at_the_busy_mark_exactly_make_a_busy_machine():
+    from miniagent.lab.harness.record import BUSY_OTHERS
+
+    panel = render_panel(elapsed=1.0, timeout=6.0, progress=Progress(),
+                         samples=[[0.2, 50.0, 300.0, 2, BUSY_OTHERS]] * 3)
+    assert "busy machine" in str(cells(panel)[-1][1])
+
+
 @pytest.mark.parametrize("values, top, line", [
     ([0, 100, 200], 200, "▁▅█"),
     ([-50, 250], 200, "▁█"),  # below 0 and above the top are drawn at the edges
     ([100, 100], 0, "▁▁"),    # no scale: nothing to draw but the floor
     ([25], 200, "▂"),         # 25/200 x 7 = 0.875, the second block
+    ([0, 1, 0.5], 1, "▁█▅"),  # a scale of one: 0 is the floor, 1 the top
 ])
 def test_sparkline_levels(values, top, line):
     assert sparkline(values, top=top) == line
@@ -127,6 +142,7 @@ def test_sparkline_scale_is_the_whole_machine_by_default():
     ({"event": "run_start", "llm": "scripted:oracle"}, "run_start scripted:oracle"),
     ({"event": "run_start"}, "run_start"),
     ({"event": "final_round"}, "final_round"),
+    ({"event": "model_action", "turn": 1}, "turn 1 action"),  # no text: nothing after the word
     ({}, "?"),
 ])
 def test_each_trace_event_in_one_line(event, line):
@@ -164,3 +180,75 @@ def test_the_follower_skips_blank_lines_and_json_that_is_not_an_event(tmp_path):
     follower = TraceFollower(path)
     assert follower.poll() == [{"event": "run_start"}]
     assert follower.bad_lines == 0  # valid JSON of another shape is not a torn line
+
+
+def test_the_follower_counts_each_torn_line_and_keeps_a_last_line_that_parses(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    path.write_text('{"event": "a"}\n{"torn\n{"also torn\n{"event": "b"}')  # the writer died before its newline
+    follower = TraceFollower(path)
+    assert follower.poll() == [{"event": "a"}] and follower.bad_lines == 2
+    assert follower.finish() == [{"event": "b"}] and follower.bad_lines == 2
+    assert follower.finish() == [] and follower.poll() == []  # a finished trace is not read a second time
+    follower.close()  # closing again is harmless
+
+
+def test_a_turn_is_counted_once_whatever_its_pieces_and_the_final_round_is_not_a_turn():
+    progress = progress_of([
+        {"event": "model_action", "turn": 1, "text": '{"answer": "she'},
+        {"event": "model_action", "turn": 1, "text": ' went"}'},
+        {"event": "model_action", "turn": 2, "final": True, "text": '{"answer": "she went"}'}])
+    assert progress.turns == 1 and progress.last_action == '{"answer": "she went"}'
+    assert progress_of([{"event": "model_action", "text": "x"}]).turns == 0  # no turn number: no turn
+
+
+def refused(*pieces: str, first: str = '{"tool": "conjugate", "verb": "go", "tense": "past simple", '
+                                      '"person": "she"}') -> Progress:
+    """Turn 1 calls ``first``; turn 2 writes ``pieces`` and a cap refuses it (no tool_call event follows)."""
+    events = [{"event": "model_action", "turn": 1, "text": first},
+              {"event": "tool_call", "tool": "conjugate",
+               "args": {"verb": "go", "tense": "past simple", "person": "she"}}]
+    events += [{"event": "model_action", "turn": 2, "text": piece} for piece in pieces]
+    events.append({"event": "guard", "name": "max_tool_calls"})
+    return progress_of(events)
+
+
+def test_a_call_a_cap_refused_counts_as_a_repeat_when_it_is_one():
+    same = '{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}'
+    assert refused(same).identical_calls == 1
+    assert refused(same[:30], same[30:]).identical_calls == 1  # a reply continued: its pieces joined
+    assert refused(same.replace("go", "eat")).identical_calls == 0  # another call
+    other_guard = progress_of([{"event": "model_action", "turn": 1, "text": same},
+                               {"event": "tool_call", "tool": "conjugate",
+                                "args": {"verb": "go", "tense": "past simple", "person": "she"}},
+                               {"event": "model_action", "turn": 2, "text": same},
+                               {"event": "guard", "name": "stuck"}])
+    assert other_guard.identical_calls == 0  # only a cap that refuses a call reads the turn's action
+
+
+def test_a_forced_call_is_no_repeat_of_the_models():
+    call = {"event": "tool_call", "tool": "conjugate", "args": {"verb": "go"}}
+    progress = progress_of([call, {**call, "forced": True}])
+    assert progress.identical_calls == 0 and progress.count("tool_calls") == 2
+
+
+def test_a_fresh_progress_and_its_tail_of_the_last_events():
+    progress = Progress()
+    assert (progress.last_action, progress.stop, progress.turns) == ("", None, 0)
+    for n in range(12):
+        progress.add({"event": "guard", "name": f"g{n}"}, 0.1 * n)
+    assert list(progress.tail) == [f"guard g{n}" for n in range(4, 12)] and progress.first_event_at == 0.0
+
+
+def test_the_live_view_draws_only_on_a_terminal_or_when_forced(monkeypatch, capsys):
+    from miniagent.lab.harness.panel import LiveView
+
+    assert LiveView(enabled=False, force=True).live is None
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False, raising=False)
+    assert LiveView(enabled=True, force=False).live is None  # a pipe or a test: no panel
+    live = LiveView(enabled=True, force=True).live
+    assert live.console.is_terminal and live.refresh_per_second == 4
+    assert (live._redirect_stdout, live._redirect_stderr) == (False, False)  # the agent's output is not captured
+    with LiveView(enabled=True, force=True) as view:
+        view.update(elapsed=1.0, timeout=6.0, progress=Progress(), samples=[], status="running")
+        assert view.live._renderable.title == "miniagent run: running"
+    LiveView(enabled=False, force=False).update(elapsed=1.0)  # no view: nothing drawn, nothing raised

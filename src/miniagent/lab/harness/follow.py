@@ -27,8 +27,11 @@ class TraceFollower:
         self._fh: Any = None
         self._partial = b""
         self.bad_lines = 0
+        self._finished = False
 
     def poll(self) -> list[dict[str, Any]]:
+        if self._finished:  # read whole once: a second read would count every event twice
+            return []
         if self._fh is None:
             try:
                 self._fh = open(self.path, "rb")  # noqa: SIM115 - kept open to tail it
@@ -47,6 +50,7 @@ class TraceFollower:
             if event is not None:
                 events.append(event)
         self.close()
+        self._finished = True
         return events
 
     def _parse(self, line: bytes) -> dict[str, Any] | None:
