@@ -252,3 +252,31 @@ def test_the_live_view_draws_only_on_a_terminal_or_when_forced(monkeypatch, caps
         view.update(elapsed=1.0, timeout=6.0, progress=Progress(), samples=[], status="running")
         assert view.live._renderable.title == "miniagent run: running"
     LiveView(enabled=False, force=False).update(elapsed=1.0)  # no view: nothing drawn, nothing raised
+
+
+def test_a_refused_repeat_adds_to_the_repeats_already_counted():
+    same = '{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}'
+    call = {"event": "tool_call", "tool": "conjugate", "args": {"verb": "go", "tense": "past simple", "person": "she"}}
+    progress = progress_of([{"event": "model_action", "turn": 1, "text": same}, call,
+                            {"event": "model_action", "turn": 2, "text": same}, call,  # a repeat the loop ran
+                            {"event": "model_action", "turn": 3, "text": same},
+                            {"event": "guard", "name": "call_budget"}])              # one a cap refused
+    assert progress.identical_calls == 2
+
+
+def test_a_piece_without_text_adds_nothing_to_the_turn_or_the_last_action():
+    same = '{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}'
+    progress = progress_of([{"event": "model_action", "turn": 1, "text": same},
+                            {"event": "tool_call", "tool": "conjugate",
+                             "args": {"verb": "go", "tense": "past simple", "person": "she"}},
+                            {"event": "model_action", "turn": 2}])
+    assert progress.last_action == ""
+    progress.add({"event": "model_action", "turn": 2, "text": same}, 0.2)
+    progress.add({"event": "guard", "name": "max_tool_calls"}, 0.3)
+    assert progress.identical_calls == 1  # the text-less piece added nothing to the turn's action
+
+
+def test_the_stop_event_is_kept_as_it_came():
+    stop = {"event": "stop", "stop_reason": "answered", "answer": "She went."}
+    progress = progress_of([{"event": "run_start"}, stop, {"event": "guard", "name": "x"}])
+    assert progress.stop == stop

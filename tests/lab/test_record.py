@@ -91,3 +91,7 @@ def test_a_breaks_docs_results_are_its_two_runs_with_the_pairs_timeout():
     assert (broken.outcome, broken.timeout, broken.wall_s, broken.samples) == ("timeout", 8.0, 8.2, [[0.2, 90.0, 1.0, 1]])
     assert (fixed.outcome, fixed.timeout, fixed.command) == ("fallback", 8.0, [])
     assert records_from_results({"broken": {}, "fixed": {}})[0].timeout == 0.0
+
+
+def test_the_deadline_note_of_a_loop_that_never_started():
+    assert deadline_note(record(clock="loop")) == "The loop never started, so its timeout never began."
