@@ -50,16 +50,23 @@ def _run(c, command: str, *, trace: Path | None = None, who: str = "process") ->
     A death by signal (a crash in llama.cpp, say) is named in one clear report, in the learner's language,
     and exits 128 + the signal's number, as a shell does; ``trace`` (the agent's trace file) tells how far
     its loop got; ``who`` names what died (agent, tests, bench, process)."""
+    code = _status(c, command, trace=trace, who=who)
+    if code:
+        sys.exit(code)
+    return 0
+
+
+def _status(c, command: str, *, trace: Path | None = None, who: str = "process") -> int:
+    """:func:`_run`'s work without the exit: the command's status (128 + the signal when it died of one,
+    named in one clear report)."""
     with c.cd(str(ROOT)):
         result = c.run(command, warn=True)
     if result is None:
         return 0
     if result.exited is not None and result.exited < 0:
         _report_crash(result, trace, who)
-        sys.exit(128 - result.exited)
-    if result.exited:
-        sys.exit(result.exited)
-    return 0
+        return 128 - result.exited
+    return result.exited or 0
 
 
 def _report_crash(result, trace: Path | None, who: str) -> None:
@@ -172,16 +179,35 @@ def eval_(c, set=None, limit=None, wall_clock_s=None, json=False, options=None):
         _run(c, f"{PY} -m miniagent eval {flags} {_flags(trace=trace_flag)}", trace=trace_file, who="agent")
 
 
+# The suite runs in two passes: most tests on two workers at once (pytest-xdist), then, one at a time, the tests
+# marked `serial` (a kill latency, a time bound, CPU figures: another test on the same cores could disturb them).
+WORKERS = 2
+# pytest's exit statuses after which the second pass still runs: passed, failed, nothing collected.
+GO_ON = (0, 1, 5)
+
+
+def suite_status(codes: list[int]) -> int:
+    """One status for the passes: the first failure; "nothing collected" (5) only when no pass collected any."""
+    ran = [code for code in codes if code != 5]
+    if not ran:
+        return 5
+    return next((code for code in ran if code), 0)
+
+
 @task(help={"k": "only tests matching this expression",
             "quick": "skip the real-model tests and the slow ones (marked slow: each half a minute or more)"})
 def test(c, k=None, quick=False):
-    """Run the test suite (real model and real MCP server included)."""
-    selection = []
-    if k:
-        selection.append(f"-k {shlex.quote(k)}")
-    if quick:
-        selection.append("-m 'not real_model and not slow'")
-    _run(c, f"{PY} -m pytest -q {' '.join(selection)}", who="tests")
+    """Run the test suite (real model and real MCP server included): in parallel, then the timing tests alone."""
+    selection = f"-k {shlex.quote(k)} " if k else ""
+    also = " and not real_model and not slow" if quick else ""
+    codes = [_status(c, f"{PY} -m pytest -q -n {WORKERS} -m {shlex.quote('not serial' + also)} {selection}".strip(),
+                     who="tests")]
+    if codes[0] in GO_ON:  # a crash or an interrupted run ends the suite here
+        codes.append(_status(c, f"{PY} -m pytest -q -p no:xdist -m {shlex.quote('serial' + also)} "
+                                f"{selection}".strip(), who="tests"))
+    code = suite_status(codes)
+    if code:
+        sys.exit(code)
 
 
 @task(help={"json": "print the figures as JSON",

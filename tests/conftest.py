@@ -83,3 +83,10 @@ def learner():
         remembered.unlink(missing_ok=True)
     else:
         remembered.write_bytes(before)
+
+
+def pytest_collection_modifyitems(items):
+    """Every test that times something runs in `invoke test`'s serial pass (see the `serial` marker)."""
+    for item in items:
+        if item.get_closest_marker("timing") is not None and item.get_closest_marker("serial") is None:
+            item.add_marker(pytest.mark.serial)

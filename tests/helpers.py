@@ -143,3 +143,31 @@ class LineWatch:
     def wait(self, timeout: float = 120.0) -> None:
         """Until the line came (the bound only keeps a broken run from hanging the suite)."""
         assert self.event.wait(timeout), f"no line with {self.needle!r}; got:\n{''.join(self.lines)}"
+
+
+def returns_within(seconds: float, call, *args, **kwargs):
+    """``call(*args, **kwargs)``'s result (or its exception), or a failed test when it is not back within
+    ``seconds``: a test about a wait that must end fails at its own bound, not at pytest's timeout.
+
+    The call runs in a daemon thread; a call that never returns is abandoned there (the test's clean-up, e.g.
+    closing the client, is what frees it)."""
+    import threading
+
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call(*args, **kwargs)
+        except BaseException as err:  # handed to the test
+            box["error"] = err
+
+    worker = threading.Thread(target=run, name="returns-within", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        import pytest
+
+        pytest.fail(f"{getattr(call, '__name__', call)} did not return within {seconds:g} s: it waits for ever")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

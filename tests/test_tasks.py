@@ -83,6 +83,46 @@ def test_a_task_exits_with_its_commands_status(name, status):
     assert code == (status if status >= 0 else 128 - status), (name, status, code)
 
 
+class PassesContext(FakeContext):
+    """Each command "exits" with the next of the given statuses."""
+
+    def __init__(self, *statuses: int) -> None:
+        super().__init__(0)
+        self.statuses = list(statuses)
+
+    def run(self, command, **kwargs):
+        self.commands.append(command)
+        return Result(self.statuses.pop(0), "")
+
+
+@pytest.mark.parametrize("first, second, expected", [
+    (0, 0, 0), (1, 0, 1), (0, 1, 1), (1, 1, 1),
+    (5, 0, 0), (0, 5, 0), (5, 5, 5),  # nothing collected counts only when no pass collected anything
+    (0, 4, 4), (5, 4, 4), (1, 4, 1),  # the first failure is the one reported
+])
+def test_the_suite_runs_in_parallel_then_the_serial_tests_and_exits_with_one_status(first, second, expected):
+    c = PassesContext(first, second)
+    assert exit_status(lambda: tasks.test(c)) == expected
+    parallel, serial = c.commands
+    assert f"-n {tasks.WORKERS}" in parallel and "-m 'not serial'" in parallel
+    assert "-n " not in serial and "-p no:xdist" in serial and "-m serial" in serial
+
+
+@pytest.mark.parametrize("first", [2, 3, 4, 130, -signal.SIGSEGV])
+def test_an_interrupted_broken_or_crashed_first_pass_ends_the_suite(first):
+    c = PassesContext(first, 0)
+    assert exit_status(lambda: tasks.test(c)) == (first if first > 0 else 128 - first)
+    assert len(c.commands) == 1
+
+
+def test_quick_and_k_reach_both_passes():
+    c = PassesContext(0, 0)
+    exit_status(lambda: tasks.test(c, k="guard and not slow", quick=True))
+    for command, marks in zip(c.commands, ("not serial", "serial")):
+        assert f"-m '{marks} and not real_model and not slow'" in command
+        assert "-k 'guard and not slow'" in command
+
+
 def test_a_crashed_command_is_named_once_and_clearly(capsys):
     code = exit_status(lambda: tasks.test(FakeContext(-signal.SIGSEGV, "Fatal Python error: Segmentation fault\n")))
     assert code == 139

@@ -200,10 +200,13 @@ def test_wall_clock_unit():
         clock.check()
 
 
+@pytest.mark.serial
 def test_wall_clock_ends_a_run_of_slow_tools():
     tools = FakeTools(delay=0.3)
     started = time.monotonic()
-    outcome, _ = run("wanderer", tools=tools, wall_clock_s=1.0, max_turns=50, max_tool_calls=50)
+    # the caps sit past what 1 s allows (a call takes 0.3 s) but near it: a run without its wall clock ends by
+    # max_tool_calls after 3 s, the test fails then, not after 50 calls
+    outcome, _ = run("wanderer", tools=tools, wall_clock_s=1.0, max_turns=12, max_tool_calls=10)
     elapsed = time.monotonic() - started
     assert outcome.stop_reason == "wall_clock"
     assert elapsed < 1.6, f"the run outlived its 1 s budget: {elapsed:.2f} s"

@@ -188,6 +188,7 @@ def test_the_load_average_is_rounded_and_none_where_there_is_none(monkeypatch):
     assert processes.load_average() is None
 
 
+@pytest.mark.serial
 def test_a_program_spinning_elsewhere_is_seen():
     """A busy loop that is not our child (its parent has exited) shows up as about one busy core."""
     spinner = start_foreign_spinner()

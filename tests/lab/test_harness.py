@@ -54,6 +54,7 @@ def still_alive(record: RunRecord) -> list[dict]:
     return alive
 
 
+@pytest.mark.serial
 def test_a_busy_loop_is_killed_at_the_timeout(tmp_path):
     # The timeout counts from the loop's start: on two busy cores the imports alone can take 3 s and more
     record = run(ask(ADVERSARIAL, "--llm", "scripted:wanderer", *NO_CAPS), tmp_path, timeout=2.0, clock="loop")
@@ -76,6 +77,7 @@ def test_a_busy_loop_is_killed_at_the_timeout(tmp_path):
           f"kill latency {record.kill_latency_s} s, {record.tool_calls} tool calls")
 
 
+@pytest.mark.serial
 def test_an_idle_hang_is_killed_and_shows_low_cpu(tmp_path):
     # guess_call() reads the verb "eat" here (in ADVERSARIAL it reads "the": no hang, a busy loop of errors)
     question = "What is the past simple of eat for she?"
@@ -91,6 +93,7 @@ def test_an_idle_hang_is_killed_and_shows_low_cpu(tmp_path):
           f"kill latency {record.kill_latency_s} s, processes left {record.processes_left}")
 
 
+@pytest.mark.serial
 def test_a_launch_clock_counts_the_imports(tmp_path):
     record = run(ask(ADVERSARIAL, "--llm", "scripted:wanderer", *NO_CAPS), tmp_path, timeout=1.0)
     assert record.outcome == "timeout" and record.clock == "launch"
@@ -98,6 +101,7 @@ def test_a_launch_clock_counts_the_imports(tmp_path):
     assert record.needs_met is None and record.hard_cap_s is None
 
 
+@pytest.mark.serial
 def test_needs_keep_the_run_going_past_its_timeout(tmp_path):
     # Each call takes 0.3 s, so 0.1 s of loop would end it before the second; it needs 4 tool calls to count
     slow = ["--fault-delay-s", "0.3", "--tool-timeout-s", "100000"]
@@ -108,6 +112,7 @@ def test_needs_keep_the_run_going_past_its_timeout(tmp_path):
     assert record.deadline_s == pytest.approx(record.loop_start_s + 0.1 + record.waited_for_needs_s, abs=0.01)
 
 
+@pytest.mark.serial
 def test_the_hard_cap_ends_a_run_that_never_shows_what_it_needs(tmp_path):
     question = "What is the past simple of eat for she?"
     flags = ["--llm", "scripted:stubborn", "--fault-hang-on", "eat", "--tool-timeout-s", "100000", *NO_CAPS]
@@ -122,6 +127,7 @@ def test_needs_name_known_counters_only(tmp_path):
         run(ask("x"), tmp_path, timeout=1.0, needs={"answers": 1})
 
 
+@pytest.mark.serial
 def test_other_programs_cpu_is_recorded_and_makes_a_busy_machine(tmp_path):
     """A busy loop outside the run's tree (its parent has exited) is the other work the record must show."""
     spinner = start_foreign_spinner()
@@ -208,6 +214,7 @@ def test_a_process_that_changed_parent_before_it_was_seen_is_found_by_its_sessio
     assert record.cleanup_ok and still_alive(record) == []
 
 
+@pytest.mark.serial
 @pytest.mark.slow  # ~75 s on 2 busy cores: 50 x (timeout + SIGTERM grace)
 def test_fifty_killed_runs_leave_nothing_behind(tmp_path):
     command = ask(ADVERSARIAL, "--llm", "scripted:wanderer", *NO_CAPS)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
@@ -137,6 +138,7 @@ def left_markers(record: RunRecord) -> set[str]:
     return {marker(p["cmdline"]) for p in record.processes_left} - {None}
 
 
+@pytest.mark.serial
 @settings(max_examples=6)
 @given(tree=trees)
 def test_a_killed_or_finished_tree_leaves_nothing_and_the_record_says_what_happened(tree, tmp_path_factory):
