@@ -116,3 +116,12 @@ def test_the_panels_line_says_which_clock_and_what_is_still_missing():
         "timeout reached, but the break has not been exercised yet: waiting for tool_calls 1/2")
     assert loop.status(T0 + 6.0, progress(first_event_at=1.0, tool_calls=2)) == "counted from the loop's start"
     assert Deadline(T0, 5.0, "launch", {}, None).status(T0 + 9.0, progress()) == "counted from launch"
+    two = Deadline(T0, 5.0, "launch", {"tool_calls": 2, "turns": 3}, None)
+    assert two.status(T0 + 1.0, progress()) == "counted from launch; needs tool_calls 0/2, turns 0/3"
+    assert two.status(T0 + 6.0, progress()) == ("timeout reached, but the break has not been exercised yet: waiting "
+                                                "for tool_calls 0/2, turns 0/3")
+
+
+def test_a_fresh_deadline_has_not_capped_anything():
+    deadline = Deadline(T0, 5.0, "launch", {}, None)
+    assert deadline.hard_capped is False and deadline.due is None  # the record's JSON says false, not null
