@@ -104,3 +104,32 @@ def test_a_wait_without_a_deadline_wakes_up_every_signal_check():
     future = DoneOnTheThird()
     assert wait_result(future, None) == "done"
     assert future.waits == [SIGNAL_CHECK_S] * 3
+
+
+# `python -m miniagent` ends with os._exit once the run is over (miniagent/__main__.py): what that may skip and what
+# it must not.
+
+def _module(tmp_path, *argv: str, before: str = "") -> "subprocess.CompletedProcess[str]":
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    code = (f"import atexit, runpy, sys\n{before}\nsys.argv = ['miniagent', *{list(argv)!r}]\n"
+            "runpy.run_module('miniagent', run_name='__main__', alter_sys=True)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(tmp_path)})
+
+
+def test_the_command_still_runs_the_exit_handlers_flushes_its_output_and_keeps_its_status(tmp_path):
+    before = "atexit.register(lambda: print('exit handler ran', flush=True))"
+    answered = _module(tmp_path, "ask", "What is the past simple of go for she?", "--llm", "scripted:oracle",
+                       "--json", "--cache-dir", "", before=before)
+    assert answered.returncode == 0, answered.stderr
+    assert '"stop_reason": "answered"' in answered.stdout and answered.stdout.rstrip().endswith("exit handler ran")
+    capped = _module(tmp_path, "ask", "What is the past simple of go for she?", "--llm", "scripted:stubborn",
+                     "--max-turns", "1", "--cache-dir", "", before=before)
+    assert capped.returncode == 1 and "-- stop_reason: max_turns" in capped.stderr  # the run's status, not 0
+    refused = _module(tmp_path, "ask", "x", "--decode", "beam", before=before)  # main returns 2, no exception
+    assert refused.returncode == 2 and "bad setting: decode must be" in refused.stderr
+    assert refused.stdout == "exit handler ran\n"
