@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from miniagent.lab.catalogue import Break, alias_of, number_of
-from miniagent.lab.words import LANGS, section, words
+from miniagent.lab.words import LANGS, number, section, words
 
 log = logging.getLogger("mkdocs.hooks.generate")
 
@@ -247,20 +247,15 @@ def _index_fragment(entries: list[tuple[str, Break | None]], lang: str, prefix: 
 RESULTS = section("docs_results")
 
 
-def _n(value: float, lang: str, digits: int = 1) -> str:
-    text = f"{value:.{digits}f}"
-    return text.replace(".", ",") if lang == "es" else text
-
-
 def _results_fragment(data: dict, lang: str) -> str:
     """The measured table of a break, in one language, from ``docs_results/<id>.json``."""
     t = RESULTS[lang]
 
     def cells(r: dict) -> list[str]:
         calls = ", ".join(f"{tool} ×{n}" for tool, n in sorted((r.get("tool_calls_by_tool") or {}).items())) or "0"
-        wall = _n(r["wall_s"], lang)
+        wall = number(r["wall_s"], lang, ".1f")
         if r.get("kill_latency_s") is not None:
-            wall += " (" + t["killed"].format(latency=_n(r["kill_latency_s"], lang, 2)) + ")"
+            wall += " (" + t["killed"].format(latency=number(r["kill_latency_s"], lang, ".2f")) + ")"
         final = r.get("final_answer")
         final = "“" + _cell(final) + "”" if final else t["none"]
         return [f"`{r['outcome']}`", f"`{r['stop_reason']}`" if r.get("stop_reason") else t["none"], wall,

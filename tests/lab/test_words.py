@@ -156,10 +156,31 @@ def test_the_symptom_sentences_follow_the_language(lang):
 def test_the_deadline_and_the_busy_machine_are_said_in_spanish():
     record = RunRecord(**{**BUSY_UNEXERCISED, "waited_for_needs_s": 2.0, "hard_capped": True, "hard_cap_s": 60.0})
     note = deadline_note(record, "es")
-    assert note.startswith("El tiempo límite de 6 s se contó desde que empezó el bucle, 1.5 s después")
-    assert "siguió 2.0 s después de su tiempo límite, hasta mostrar 3 tool calls" in note
+    assert note.startswith("El tiempo límite de 6 s se contó desde que empezó el bucle, 1,5 s después")
+    assert "siguió 2,0 s después de su tiempo límite, hasta mostrar 3 tool calls" in note
     assert note.endswith("la terminó el tope fijo de 60 s desde el arranque.")
     busy = machine_note(record, "es")
     assert busy.startswith("La máquina estaba ocupada: otros programas usaron de media un 120 % de CPU")
-    assert ", carga media 1 -> 2.5)" in busy
+    assert ", carga media 1 -> 2,5)" in busy
     assert re.search(r"[a-z]", deadline_note(record, "en")) and "timeout counted" in deadline_note(record, "en")
+
+
+def test_a_figure_is_written_as_each_language_writes_it():
+    from miniagent.lab.words import number
+
+    assert (number(2.5, "en"), number(2.5, "es")) == ("2.5", "2,5")
+    assert (number(3.14159, "es", ".2f"), number(12, "es", ".1f"), number(7, "es")) == ("3,14", "12,0", "7")
+
+
+def test_the_spanish_class_table_writes_decimal_commas_the_english_one_points():
+    import json
+
+    from miniagent.lab.commands import classload
+
+    report = json.loads((ROOT / "docs_results" / "class-load-counted.json").read_text(encoding="utf-8"))
+    es, en = classload.markdown(report, "es"), classload.markdown(report, "en")
+    assert "| 1 | 30 | 140 | 12,9 | 3,2 / 3,9 | 4,5 / 5,4 |" in es and "| 1 | 30 | 140 | 12.9 | 3.2 / 3.9 |" in en
+    assert "un 3,5 % de un núcleo" in es and "(carga media de 1 minuto antes de empezar: 1,63)" in es
+    for lang, suffix in (("en", ".md"), ("es", ".es.md")):  # the docs' tables are what the report draws
+        assert (ROOT / "docs_results" / f"class-load-counted{suffix}").read_text(encoding="utf-8") == \
+            classload.markdown(report, lang)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ...processes import OtherPrograms, machine_cores
 from ..catalogue import ROOT
-from ..words import section
+from ..words import number, section
 
 ADVERSARIAL = "Could you conjugate eat tenderly in the sleepy tense?"  # a verb among words that are not grammar
 # On a modal verb every call fails, so only the caps end the run: that is the capped loop's way to its fallback.
@@ -246,7 +246,7 @@ def c_markdown(figures: dict, name: str, lang: str = "en") -> str:
         (f" --load {'idle' if loads == ['idle'] else 'busy'}" if len(loads) == 1 else "") + \
         (f" --runs {rows[0]['runs']}" if rows[0]["runs"] != 5 else "")
     def decimal(x: float, digits: str = ".2f") -> str:
-        return format(x, digits).replace(".", "," if lang == "es" else ".")
+        return number(x, lang, digits)
 
     lines = [t["intro"].format(flags=flags, name=name,
                                when=figures["measured_at"], cores=figures["cores"], cpu=figures["cpu"],

@@ -30,7 +30,7 @@ from pathlib import Path
 from ..evaluation import DEFAULT_SET, is_correct, load_eval_set, percentile
 from ...processes import load_average, machine_cores, signal_group
 from ..harness.process_tree import MachineLoad, TreeSampler
-from ..words import section
+from ..words import number, section
 
 LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
 
@@ -223,13 +223,14 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _machine_line(report: dict, t: dict) -> str:
+def _machine_line(report: dict, t: dict, lang: str) -> str:
     """Whether other programs shared the machine with the class, in the table's language."""
+    before = "?" if report.get("load_before") is None else number(report["load_before"], lang)
     if report.get("others_cpu_mean") is None:
-        return t["unsampled"].format(before=report.get("load_before"), cpus=report["cpus"],
+        return t["unsampled"].format(before=before, cpus=report["cpus"],
                                      verdict=t["unsampled_busy"] if disturbed(report) else "")
     return (t["busy"] if disturbed(report) else t["quiet"]).format(
-        others=f"{report['others_cpu_mean']:g}", before=report.get("load_before"), cpus=report["cpus"])
+        others=number(report["others_cpu_mean"], lang), before=before, cpus=report["cpus"])
 
 
 def markdown(report: dict, lang: str = "en") -> str:
@@ -240,14 +241,15 @@ def markdown(report: dict, lang: str = "en") -> str:
     server = report["server"] if "://" in report["server"] else "llama-cpp-python"
     lines = [t["intro"].format(when=report["measured_at"], cpus=report["cpus"], server=server,
                                eval_set=report["eval_set"], share=share, settings=settings),
-             _machine_line(report, t), "",
+             _machine_line(report, t, lang), "",
              "| " + " | ".join(t["head"]) + " |", "|" + "---|" * len(t["head"])]
     for r in report["levels"]:
         guards = ", ".join(f"`{k}` {v}" for k, v in sorted(r["stop_reasons"].items()) if k != "answered") or t["none"]
         answers_per_min = r["answered"] / r["wall_s"] * 60 if r["wall_s"] else 0.0  # a guard's stop is no answer
-        turns = f"{r['turn_p50_s']:.1f} / {r['turn_p95_s']:.1f}" if r.get("turns", 1) else "—"  # no turn finished
-        lines.append(f"| {r['learners']} | {r['questions']} | {r['wall_s']:.0f} | {answers_per_min:.1f} | "
-                     f"{turns} | {r['run_p50_s']:.1f} / {r['run_p95_s']:.1f} | "
+        turns = f"{number(r['turn_p50_s'], lang, '.1f')} / {number(r['turn_p95_s'], lang, '.1f')}" \
+            if r.get("turns", 1) else "—"  # no turn finished
+        lines.append(f"| {r['learners']} | {r['questions']} | {r['wall_s']:.0f} | {number(answers_per_min, lang, '.1f')} | "
+                     f"{turns} | {number(r['run_p50_s'], lang, '.1f')} / {number(r['run_p95_s'], lang, '.1f')} | "
                      f"{r['answered']} | {guards} | {r['correct']}/{r['questions']} |")
     return "\n".join(lines) + "\n"
 

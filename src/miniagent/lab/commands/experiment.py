@@ -23,7 +23,7 @@ from ..harness.record import RunRecord, crash_note, deadline_note, machine_note
 from ..harness.run import run_experiment
 from ..learner import notebook, progress, scoring
 from ..patching import agent_command, make_sandbox
-from ..words import section, words
+from ..words import number, section, words
 from . import screen
 from .exercises import notebook_lang, report_lang, state_readable
 
@@ -171,27 +171,33 @@ def verdict(brk: Break | None, record: RunRecord, learner: str | None = None,
     return out
 
 
+def _load(value: float | None, lang: str) -> str:
+    """A load average as the report's language writes it ("?" where the system gave none)."""
+    return "?" if value is None else number(value, lang)
+
+
 def report(record: RunRecord, json_path: Path, svg_path: Path, brk: Break | None = None,
            learner: str | None = None, lang: str = "en") -> None:
     t = words(lang)["report"]
     table = Table(show_header=False, title=t["title"])
-    clock = t["from_loop"].format(start=f"{record.loop_start_s:.1f}") \
+    clock = t["from_loop"].format(start=number(record.loop_start_s, lang, ".1f")) \
         if record.clock == "loop" and record.loop_start_s is not None else ""
     rows = [
         (t["outcome"], record.outcome), (t["stop_reason"], str(record.stop_reason)),
-        (t["wall"], t["wall_value"].format(wall=f"{record.wall_s:.1f}", timeout=f"{record.timeout:g}", clock=clock)),
+        (t["wall"], t["wall_value"].format(wall=number(record.wall_s, lang, ".1f"), timeout=number(record.timeout, lang),
+                                            clock=clock)),
         (t["cpu"], t["cpu_value"].format(mean=f"{record.cpu_mean:.0f}", max=f"{record.cpu_max:.0f}")),
         (t["tool_calls"], f"{record.tool_calls} {record.tool_calls_by_tool or ''}"),
         (t["identical_calls"], str(record.identical_calls)), (t["tool_errors"], str(record.tool_errors)),
         (t["turns"], str(record.turns)),
         (t["processes_left"], ", ".join(f"{p['pid']} {p['cmdline'][:60]}" for p in record.processes_left) or "0"),
         (t["others"], t["others_value"].format(mean=f"{record.other_cpu_mean:.0f}", max=f"{record.other_cpu_max:.0f}",
-                                               cpus=record.cpus, before=record.load_avg_start,
-                                               after=record.load_avg_end)
+                                               cpus=record.cpus, before=_load(record.load_avg_start, lang),
+                                               after=_load(record.load_avg_end, lang))
          + (t["busy_flag"] if record.machine_busy else "")),
     ]
     if record.kill_latency_s is not None:
-        rows.append((t["killed"], t["killed_value"].format(latency=f"{record.kill_latency_s:+.2f}")))
+        rows.append((t["killed"], t["killed_value"].format(latency=number(record.kill_latency_s, lang, "+.2f"))))
     for key, value in rows:
         table.add_row(key, Text(value))  # Text: an answer's "[stop_reason: ...]" is not markup
     screen.console.print(table)

@@ -17,7 +17,7 @@ from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MultipleLocator
 
-from ..words import LANGS, section, words
+from ..words import LANGS, number, section, words
 from .record import CORES, RunRecord
 
 # One panel is as wide as the docs' text column (about 690 CSS px: 7.2 in at the browser's 96 px per inch), so
@@ -62,10 +62,6 @@ def _y_top(records: list[RunRecord]) -> float:
     return max(100.0 * CORES, 200.0, math.ceil(peak / 50) * 50)
 
 
-def _num(value: float, lang: str) -> str:
-    return f"{value:g}".replace(".", CHART_TEXT[lang]["decimal"])
-
-
 def _kill_at(record: RunRecord) -> float | None:
     """When the harness ended the run (the deadline, for a timeout), or None when the run ended by itself."""
     if record.outcome == "timeout":
@@ -87,7 +83,7 @@ def _draw(ax, record: RunRecord, *, x_max: float, y_max: float, title: str, lang
     ax.set_xlim(0, x_max)
     ax.set_ylim(0, y_max)
     ax.xaxis.set_major_locator(MultipleLocator(_nice_step(x_max)))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda sec, _: _num(round(sec, 6), lang)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda sec, _: number(round(sec, 6), lang)))
     ax.yaxis.set_major_locator(MultipleLocator(100 if y_max > 250 else 50))
     ax.grid(axis="y", color=COLOURS["grid"])
     ax.set_axisbelow(True)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...processes import machine_cores
-from ..words import words
+from ..words import number, words
 from . import crash
 
 # CPU figures are in percent of one core: 100 = one core busy, 100 x CORES = all of them.
@@ -138,7 +138,7 @@ def machine_note(record: RunRecord, lang: str = "en") -> str | None:
     if not record.machine_busy or record.signal:
         return None
     t = words(lang)["machine"]
-    load = t["load"].format(before=f"{record.load_avg_start:g}", after=f"{record.load_avg_end:g}") \
+    load = t["load"].format(before=number(record.load_avg_start, lang), after=number(record.load_avg_end, lang)) \
         if record.load_avg_start is not None and record.load_avg_end is not None else ""
     return t["busy"].format(others=f"{record.other_cpu_mean:.0f}", cpus=record.cpus, load=load)
 
@@ -151,12 +151,13 @@ def deadline_note(record: RunRecord, lang: str = "en") -> str | None:
         if record.loop_start_s is None:
             parts.append(t["never_started"])
         else:
-            parts.append(t["from_loop"].format(timeout=f"{record.timeout:g}", start=f"{record.loop_start_s:.1f}"))
+            parts.append(t["from_loop"].format(timeout=number(record.timeout, lang),
+                                               start=number(record.loop_start_s, lang, ".1f")))
     if record.waited_for_needs_s:
         wanted = ", ".join(f"{n} {key.replace('_', ' ')}" for key, n in record.needs.items())
-        parts.append(t["waited"].format(waited=f"{record.waited_for_needs_s:.1f}", wanted=wanted))
+        parts.append(t["waited"].format(waited=number(record.waited_for_needs_s, lang, ".1f"), wanted=wanted))
     if record.hard_capped:
-        parts.append(t["hard_cap"].format(cap=f"{record.hard_cap_s:g}"))
+        parts.append(t["hard_cap"].format(cap=number(record.hard_cap_s, lang)))
     if not parts:
         return None
     text = "; ".join(parts)

@@ -34,3 +34,8 @@ def words(lang: str) -> dict[str, Any]:
 def section(name: str) -> dict[str, dict[str, Any]]:
     """One report's words in every language: ``{"en": {...}, "es": {...}}``."""
     return {lang: words(lang)[name] for lang in LANGS}
+
+
+def number(value: float, lang: str, fmt: str = "g") -> str:
+    """A figure as the language writes it (``fmt`` as for :func:`format`): 2.5 in English, 2,5 in Spanish."""
+    return format(value, fmt).replace(".", words(lang)["decimal"])
