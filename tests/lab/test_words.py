@@ -170,6 +170,7 @@ def test_a_figure_is_written_as_each_language_writes_it():
 
     assert (number(2.5, "en"), number(2.5, "es")) == ("2.5", "2,5")
     assert (number(3.14159, "es", ".2f"), number(12, "es", ".1f"), number(7, "es")) == ("3,14", "12,0", "7")
+    assert number(None, "es") == number(None, "en") == "?"  # a figure the system did not give
 
 
 def test_the_spanish_class_table_writes_decimal_commas_the_english_one_points():

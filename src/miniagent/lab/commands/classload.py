@@ -225,7 +225,7 @@ def _shown(path: Path) -> str:
 
 def _machine_line(report: dict, t: dict, lang: str) -> str:
     """Whether other programs shared the machine with the class, in the table's language."""
-    before = "?" if report.get("load_before") is None else number(report["load_before"], lang)
+    before = number(report.get("load_before"), lang)
     if report.get("others_cpu_mean") is None:
         return t["unsampled"].format(before=before, cpus=report["cpus"],
                                      verdict=t["unsampled_busy"] if disturbed(report) else "")

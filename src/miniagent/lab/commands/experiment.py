@@ -171,11 +171,6 @@ def verdict(brk: Break | None, record: RunRecord, learner: str | None = None,
     return out
 
 
-def _load(value: float | None, lang: str) -> str:
-    """A load average as the report's language writes it ("?" where the system gave none)."""
-    return "?" if value is None else number(value, lang)
-
-
 def report(record: RunRecord, json_path: Path, svg_path: Path, brk: Break | None = None,
            learner: str | None = None, lang: str = "en") -> None:
     t = words(lang)["report"]
@@ -192,8 +187,8 @@ def report(record: RunRecord, json_path: Path, svg_path: Path, brk: Break | None
         (t["turns"], str(record.turns)),
         (t["processes_left"], ", ".join(f"{p['pid']} {p['cmdline'][:60]}" for p in record.processes_left) or "0"),
         (t["others"], t["others_value"].format(mean=f"{record.other_cpu_mean:.0f}", max=f"{record.other_cpu_max:.0f}",
-                                               cpus=record.cpus, before=_load(record.load_avg_start, lang),
-                                               after=_load(record.load_avg_end, lang))
+                                               cpus=record.cpus, before=number(record.load_avg_start, lang),
+                                               after=number(record.load_avg_end, lang))
          + (t["busy_flag"] if record.machine_busy else "")),
     ]
     if record.kill_latency_s is not None:

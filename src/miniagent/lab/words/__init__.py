@@ -36,6 +36,7 @@ def section(name: str) -> dict[str, dict[str, Any]]:
     return {lang: words(lang)[name] for lang in LANGS}
 
 
-def number(value: float, lang: str, fmt: str = "g") -> str:
-    """A figure as the language writes it (``fmt`` as for :func:`format`): 2.5 in English, 2,5 in Spanish."""
-    return format(value, fmt).replace(".", words(lang)["decimal"])
+def number(value: float | None, lang: str, fmt: str = "g") -> str:
+    """A figure as the language writes it (``fmt`` as for :func:`format`): 2.5 in English, 2,5 in Spanish; "?"
+    for a figure nobody could read (a load average where the system has none)."""
+    return "?" if value is None else format(value, fmt).replace(".", words(lang)["decimal"])
