@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import fields
 
 from generated import Reply, World
 
 from miniagent.agent.config import TutorConfig
+from miniagent.lab.words import number  # seconds as each language writes them: 0,5 s in Spanish
 
 
 WORDS = {
@@ -21,7 +21,7 @@ WORDS = {
         "ramble": "starts an answer that never ends: every piece is cut off (finish_reason length)",
         "fail": "fails: the model server answers an error",
         "cuts": ", cut off {n} time(s) by the token limit (finish_reason length)",
-        "seconds": ", taking {s:g} s",
+        "seconds": ", taking {s} s",
         "tokens": " ({p} prompt + {c} completion tokens)",
         "one": "A model that {r}, again and again, for ever.",
         "two": "A model that alternates two replies for ever: it {a}; then it {b}.",
@@ -30,7 +30,7 @@ WORDS = {
                    "answer is the only branch, it answers (as under a grammar).",
         "no_grammar": "It answers whenever its script says so, offered or not (as a backend without a grammar).",
         "ok": "returns a result", "error": "fails with a tool error",
-        "slow": "answers after {s:g} s", "hang": "never answers (it hangs until the timeout)",
+        "slow": "answers after {s} s", "hang": "never answers (it hangs until the timeout)",
         "server_failed": "dies (the MCP server exits)",
         "tools_one": "Every tool call {o}.",
         "tools_many": "Each different tool call, in turn (the same call always gets the same): {o}.",
@@ -46,7 +46,7 @@ WORDS = {
         "ramble": "empieza una respuesta que no acaba nunca: cada trozo se corta (finish_reason length)",
         "fail": "falla: el servidor del modelo devuelve un error",
         "cuts": ", cortada {n} vez/veces por el límite de tokens (finish_reason length)",
-        "seconds": ", y tarda {s:g} s",
+        "seconds": ", y tarda {s} s",
         "tokens": " ({p} tokens de prompt + {c} de respuesta)",
         "one": "Un modelo que {r}, una y otra vez, sin parar.",
         "two": "Un modelo que alterna dos respuestas sin parar: {a}; después {b}.",
@@ -55,7 +55,7 @@ WORDS = {
                    "respuesta es la única rama, responde (como con una gramática).",
         "no_grammar": "Responde cuando se lo dice su guion, se le ofrezca o no (como un backend sin gramática).",
         "ok": "devuelve un resultado", "error": "falla con un error de la herramienta",
-        "slow": "contesta al cabo de {s:g} s", "hang": "no contesta nunca (se cuelga hasta el plazo)",
+        "slow": "contesta al cabo de {s} s", "hang": "no contesta nunca (se cuelga hasta el plazo)",
         "server_failed": "se cae (el servidor MCP termina)",
         "tools_one": "Cada llamada a una herramienta {o}.",
         "tools_many": "Cada llamada distinta a una herramienta, por turnos (la misma llamada, siempre igual): {o}.",
@@ -63,11 +63,6 @@ WORDS = {
         "defaults": "Todos los ajustes con su valor por defecto.",
     },
 }
-
-
-def number(text: str, lang: str) -> str:
-    """Spanish writes a decimal comma: 0.5 s -> 0,5 s (only numbers followed by " s" are touched)."""
-    return re.sub(r"(\d)\.(\d+) s\b", r"\1,\2 s", text) if lang == "es" else text
 
 
 def describe_reply(reply: Reply, lang: str) -> str:
@@ -82,7 +77,7 @@ def describe_reply(reply: Reply, lang: str) -> str:
     if reply.cuts and reply.kind not in ("ramble", "fail"):
         text += w["cuts"].format(n=reply.cuts)
     if reply.seconds:
-        text += number(w["seconds"].format(s=reply.seconds), lang)
+        text += w["seconds"].format(s=number(reply.seconds, lang))
     if (reply.prompt_tokens, reply.completion_tokens) != (Reply.prompt_tokens, Reply.completion_tokens):
         text += w["tokens"].format(p=reply.prompt_tokens, c=reply.completion_tokens)
     return text
@@ -98,7 +93,7 @@ def describe_world(world: World, lang: str = "en") -> str:
     else:
         lines = [w["many"].format(n=len(script))] + [f"{i}. {s}" for i, s in enumerate(script, 1)]
     lines.append(w["grammar"] if world.keeps_to_schema else w["no_grammar"])
-    outcomes = [number(w[o.kind].format(s=o.seconds), lang) for o in world.outcomes]
+    outcomes = [w[o.kind].format(s=number(o.seconds, lang)) for o in world.outcomes]
     lines.append(w["tools_one"].format(o=outcomes[0]) if len(set(outcomes)) == 1
                  else w["tools_many"].format(o="; ".join(outcomes)))
     default = TutorConfig()

@@ -192,12 +192,16 @@ def test_grounded_options_are_scored_as_the_characters_they_are():
     assert ScoredDecoder(rt).reply(SECOND, {"anyOf": [answer]}).text == target  # not "\\u00e9l fue"
 
 
+def first_call_with_steps(low: int, high: int) -> dict:
+    """Turn 1's schema with only its conjugate branch, whose plan steps may be ``low`` .. ``high``."""
+    call = next(b for b in schema_for_turn(True)["anyOf"] if b["properties"].get("tool", {}).get("const") == "conjugate")
+    call["properties"]["steps"] = {"type": "integer", "minimum": low, "maximum": high}
+    return {"anyOf": [call]}
+
+
 def test_a_number_field_left_with_one_option_is_written_bare():
     rt = Wants('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she", "steps": 1}')
-    schema = schema_for_turn(True)
-    call = next(b for b in schema["anyOf"] if b["properties"].get("tool", {}).get("const") == "conjugate")
-    call["properties"]["steps"] = {"type": "integer", "minimum": 1, "maximum": 1}
-    assert ScoredDecoder(rt).reply(PAD, {"anyOf": [call]}).text == rt.target
+    assert ScoredDecoder(rt).reply(PAD, first_call_with_steps(1, 1)).text == rt.target
 
 
 class Primed(Wants):
@@ -445,10 +449,7 @@ def test_the_priors_file_is_written_where_the_cache_folder_does_not_exist_yet(tm
 
 def test_a_number_field_weighs_exactly_its_range():
     rt = Wants('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she", "steps": 2}')
-    schema = schema_for_turn(True)
-    call = next(b for b in schema["anyOf"] if b["properties"].get("tool", {}).get("const") == "conjugate")
-    call["properties"]["steps"] = {"type": "integer", "minimum": 2, "maximum": 4}
-    assert ScoredDecoder(rt).reply(PAD, {"anyOf": [call]}).text == rt.target
+    assert ScoredDecoder(rt).reply(PAD, first_call_with_steps(2, 4)).text == rt.target
     assert rt.scored[-1] == ["2}", "3}", "4}"]
 
 
