@@ -451,7 +451,9 @@ def mutants(c, max_children=2, wing=None):
 
 @task(name="class-load", help={
     "learners": "class sizes to measure, comma-separated (default 1,4,8,16)",
-    "base_url": "an OpenAI-compatible server that is already up (default: start llama-cpp-python's here, reap it after)",
+    "server": "the server to start here and reap after: miniagent (the lab's class server, default), "
+              "llama-cpp-python, or local (no server: each learner runs the local backend, the baseline)",
+    "base_url": "an OpenAI-compatible server that is already up (instead of --server)",
     "questions_each": "questions per learner (default: the public set split among the learners, each question once)",
     "wall_clock_s": "each run's wall clock (default 20)",
     "model_wall_clock_s": "the model calls' own budget per run (default 0: counted in the wall clock)",
@@ -461,7 +463,7 @@ def mutants(c, max_children=2, wing=None):
     "json": "print the report as JSON",
     "grounding": "argument grounding in the learners' runs (default on; --no-grounding: the loop without it)",
 })
-def class_load(c, learners="1,4,8,16", base_url=None, questions_each=None, wall_clock_s=None,  # noqa: A002
+def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questions_each=None, wall_clock_s=None,  # noqa: A002
                model_wall_clock_s=None, set=None, model=None, save=None, json=False, grounding=True):
     """A class on one model server: N learners run the eval at once; throughput, turn latency, guard stops."""
     import json as json_module
@@ -469,6 +471,7 @@ def class_load(c, learners="1,4,8,16", base_url=None, questions_each=None, wall_
     from rich.console import Console
 
     from miniagent.lab.commands import classload
+    from miniagent.lab.model_server import SERVERS
 
     console = Console(quiet=json)
     settings = {k: float(v) for k, v in (("wall_clock_s", wall_clock_s), ("model_wall_clock_s", model_wall_clock_s))
@@ -478,6 +481,9 @@ def class_load(c, learners="1,4,8,16", base_url=None, questions_each=None, wall_
     if not grounding:
         settings["ground_arguments"] = False
     sizes = [int(n) for n in str(learners).split(",") if n.strip()]
+    choices = (*SERVERS, classload.LOCAL)
+    if base_url is None and server not in choices:
+        _refuse(f"no server named {server!r}: choose one of {', '.join(choices)}, or give --base-url")
 
     def show(level):
         console.print(f"{level['learners']:>3} learners: {level['questions']} questions in {level['wall_s']:.0f} s "
@@ -486,7 +492,7 @@ def class_load(c, learners="1,4,8,16", base_url=None, questions_each=None, wall_
                       f"answered {level['answered']}, guard stops {level['guard_stops']} {level['stop_reasons']}, "
                       f"correct {level['correct']}/{level['questions']}, {level['requests']} requests", highlight=False)
 
-    report = classload.class_load(sizes, base_url=base_url, eval_set=Path(set) if set else classload.DEFAULT_SET,
+    report = classload.class_load(sizes, server=server, base_url=base_url, eval_set=Path(set) if set else classload.DEFAULT_SET,
                                   questions_each=int(questions_each) if questions_each else None,
                                   settings=settings, model_path=model, on_level=show)
     console.print(classload.markdown(report), markup=False, highlight=False)

@@ -364,6 +364,26 @@ def test_class_load_passes_no_grounding_to_every_learner(monkeypatch, flag, sett
     assert given["settings"] == settings
 
 
+@pytest.mark.parametrize("flag, server", [({}, "miniagent"), ({"server": "local"}, "local"),
+                                          ({"server": "llama-cpp-python"}, "llama-cpp-python")])
+def test_class_load_passes_the_server_it_is_given(monkeypatch, flag, server):
+    from miniagent.lab.commands import classload
+
+    given = {}
+    monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: given.update(kw) or {"levels": []})
+    monkeypatch.setattr(classload, "markdown", lambda report: "")
+    assert exit_status(lambda: tasks.class_load(Context(), learners="1", **flag)) == 0
+    assert (given["server"], given["base_url"]) == (server, None)
+
+
+def test_class_load_refuses_a_server_it_does_not_know(monkeypatch, capsys):
+    from miniagent.lab.commands import classload
+
+    monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: pytest.fail("started a class"))
+    assert exit_status(lambda: tasks.class_load(Context(), learners="1", server="vllm")) == 2
+    assert "no server named 'vllm'" in capsys.readouterr().err
+
+
 def test_every_test_file_is_run_by_a_mutation_wing_or_says_why_not():
     """Found when two new test files of the tools wing were in no wing: mutmut never ran them, and the wing's
     survivors were the very mutants they kill."""

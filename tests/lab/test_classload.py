@@ -58,6 +58,23 @@ def test_the_table_speaks_one_language(lang, words, foreign):
     assert (row if lang == "en" else row.replace(".", ",")) in text  # a decimal comma in Spanish
 
 
+@pytest.mark.parametrize("server, en, es", [
+    ("miniagent", "the lab's class server", "el servidor de clase del laboratorio"),
+    ("llama-cpp-python", "llama-cpp-python's server", "el servidor de llama-cpp-python"),
+    ("llama-cpp-python (defaults, started here)", "llama-cpp-python's server", "el servidor de llama-cpp-python"),
+    ("local", "no server: each learner runs the local backend", "sin servidor: cada alumno ejecuta el backend local"),
+    ("http://10.0.0.5:8000/v1", "http://10.0.0.5:8000/v1", "http://10.0.0.5:8000/v1"),
+])
+def test_the_table_names_the_server_in_each_language(server, en, es):
+    assert f"2 cores, {en}" in classload.markdown(report(server=server), "en")
+    assert f"2 núcleos, {es}" in classload.markdown(report(server=server), "es")
+
+
+def test_an_unknown_server_is_refused_before_anything_starts():
+    with pytest.raises(ValueError, match="choose miniagent, llama-cpp-python, local"):
+        classload.class_load([1], server="vllm")
+
+
 def test_a_level_where_no_turn_finished_shows_no_latency_and_no_answers():
     r = report(levels=[level(turns=0, turn_p50_s=0.0, turn_p95_s=0.0, answered=0, guard_stops=30,
                              stop_reasons={"wall_clock": 30}, correct=0, wall_s=80.0)])
@@ -83,15 +100,22 @@ def test_save_writes_the_report_and_a_table_per_language(tmp_path):
 
 
 @pytest.mark.real_model
-def test_a_small_class_against_a_real_server_reaps_every_learner():
-    pytest.importorskip("llama_cpp.server", reason="pip install 'llama-cpp-python[server]'")
+@pytest.mark.parametrize("server", ["miniagent", "llama-cpp-python", "local"])
+def test_a_small_class_reaps_every_learner(server):
+    pytest.importorskip("uvicorn", reason="pip install 'llama-cpp-python[server]'")
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    result = classload.class_load([2], questions_each=1, settings={"model_wall_clock_s": 300.0})
+    result = classload.class_load([2], server=server, questions_each=1, settings={"model_wall_clock_s": 300.0})
     (only,) = result["levels"]
     assert only["learners"] == 2 and only["questions"] == 2
+    assert result["server"] == server
+    assert only["settings"]["llm"] == ("llama" if server == "local" else "openai")
     typed = {"answered"} | {cls.stop_reason for cls in _subclasses(errors.Terminal)}
     assert set(only["stop_reasons"]) <= typed, "every run ends with a typed stop reason"
-    assert only["turns"] >= 2 and only["requests"] >= 2, "each learner asked the server at least once"
+    assert only["turns"] >= 2
+    if server == "local":
+        assert only["requests"] == 0 and "openai_base_url" not in only["settings"]
+    else:
+        assert only["requests"] >= 2, "each learner asked the server at least once"
     assert result["others_cpu_mean"] is not None and result["others_cpu_mean"] >= 0
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     assert not left, f"left behind: {[p.cmdline() for p in left]}"

@@ -1,7 +1,9 @@
-"""A shared model server, started as a teacher starts it: llama-cpp-python's, with its defaults.
+"""A shared model server, started as a teacher starts it, with its defaults: the lab's class server or
+llama-cpp-python's.
 
-``llama_cpp_server()`` starts ``python -m miniagent.models.llama_server --model PATH`` (llama-cpp-python's
-server, with llama.cpp's AMX path left out where the CPU reports AMX) on loopback, waits until
+``model_server()`` starts ``python -m miniagent.models.class_server --model PATH`` (or
+``miniagent.models.llama_server``: llama-cpp-python's server, with llama.cpp's AMX path left out where the
+CPU reports AMX) on loopback, waits until
 the server *answers a completion* (an open port is not enough: the model loads after the socket
 opens, and the first request on a cold server evaluates the whole prompt), yields its base URL,
 and always stops and reaps the process, whatever happened inside the block.
@@ -69,18 +71,37 @@ def stop(process: subprocess.Popen, grace_s: float = 10.0) -> None:
         process.wait()
 
 
+SERVERS = {  # --server of class-load: which model server a class shares
+    "miniagent": "miniagent.models.class_server",  # the lab's: a slot per learner, numpy's top log-probabilities
+    "llama-cpp-python": "miniagent.models.llama_server",  # llama-cpp-python's, with the lab's AMX choice
+}
+
+
+def llama_cpp_server(model_path: str | None = None, **how) -> contextlib.AbstractContextManager[str]:
+    """llama-cpp-python's server with its defaults; see :func:`model_server`."""
+    return model_server("llama-cpp-python", model_path, **how)
+
+
+def class_server(model_path: str | None = None, **how) -> contextlib.AbstractContextManager[str]:
+    """The lab's class server (:mod:`miniagent.models.class_server`); see :func:`model_server`."""
+    return model_server("miniagent", model_path, **how)
+
+
 @contextlib.contextmanager
-def llama_cpp_server(model_path: str | None = None, *, host: str = "127.0.0.1", port: int | None = None,
-                     extra_args: tuple[str, ...] = (), log: IO | Path | None = None,
-                     ready_timeout_s: float = 300.0) -> Iterator[str]:
-    """llama-cpp-python's server on ``host:port`` with its defaults (plus ``extra_args``); yields the base URL.
+def model_server(kind: str, model_path: str | None = None, *, host: str = "127.0.0.1", port: int | None = None,
+                 extra_args: tuple[str, ...] = (), log: IO | Path | None = None,
+                 ready_timeout_s: float = 300.0) -> Iterator[str]:
+    """A model server of ``kind`` (:data:`SERVERS`) on ``host:port`` with its defaults (plus ``extra_args``);
+    yields the base URL once it answers a completion, and stops and reaps it whatever happens in the block.
 
     Its AMX path follows the setting ``llama_amx`` (config file, MINIAGENT_LLAMA_AMX, or ``--llama-amx`` in
     ``extra_args``)."""
     from ..models.llama_runtime import default_model_path
 
+    if kind not in SERVERS:
+        raise ValueError(f"no model server named {kind!r}: the servers are {', '.join(SERVERS)}")
     port = port or free_port()
-    command = [sys.executable, "-m", "miniagent.models.llama_server", "--model", model_path or default_model_path(),
+    command = [sys.executable, "-m", SERVERS[kind], "--model", model_path or default_model_path(),
                "--host", host, "--port", str(port), *extra_args]
     out = open(log, "w", encoding="utf-8") if isinstance(log, Path) else log  # noqa: SIM115 - closed below
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out or subprocess.DEVNULL,

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import time
+import uuid
 import warnings
 from typing import Any, Callable
 
@@ -50,6 +51,9 @@ class ModelServer:
         self.max_retries = max_retries
         self.sleep = sleep
         self.requests = 0  # HTTP requests sent (retries included): the class-load figures read it
+        # Sent as the requests' ``user``: a server may keep each learner's prompt apart by it (the lab's class
+        # server gives each its own slot of the cache); a random name, nothing about the learner.
+        self.user = f"miniagent-{uuid.uuid4().hex[:12]}"
         # A local server needs no key; a hosted one reads it from OPENAI_API_KEY, never from a config file.
         self.client = openai.OpenAI(base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY") or "none",
                                     max_retries=0)
@@ -99,7 +103,7 @@ class ModelServer:
         def send(timeout: float) -> dict[str, float]:
             stream = self.client.completions.create(
                 model=self.model, prompt=prompt, max_tokens=1, temperature=0, logprobs=TOP_LOGPROBS,
-                stream=True, timeout=timeout)
+                stream=True, user=self.user, timeout=timeout)
             try:
                 for chunk in stream:  # llama-cpp-python may end a stream early when another request waits
                     top = _top_of(chunk)
@@ -115,7 +119,7 @@ class ModelServer:
         """Greedy text after ``prompt``: (text, finish_reason, usage)."""
         def send(timeout: float) -> tuple[str, str, dict]:
             reply = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=max_tokens,
-                                                   temperature=0, stop=stop or None, timeout=timeout)
+                                                   temperature=0, stop=stop or None, user=self.user, timeout=timeout)
             choice = _choice(reply, self.where)
             text = choice.get("text")
             if not isinstance(text, str):

@@ -33,6 +33,7 @@ from ..harness.process_tree import MachineLoad, TreeSampler
 from ..words import number, section
 
 LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
+LOCAL = "local"  # class-load's baseline: no shared server, each learner runs the local backend
 
 
 def assign(n_items: int, learners: int, questions_each: int | None = None) -> list[list[int]]:
@@ -90,11 +91,13 @@ def _say(record: dict) -> None:
 
 
 # --- the driver -------------------------------------------------------------------------------------
-def run_level(learners: int, base_url: str, *, eval_set: Path = DEFAULT_SET, questions_each: int | None = None,
+def run_level(learners: int, base_url: str | None, *, eval_set: Path = DEFAULT_SET, questions_each: int | None = None,
               settings: dict | None = None, log_dir: Path | None = None) -> dict:
     items = load_eval_set(eval_set)
     shares = assign(len(items), learners, questions_each)
-    settings = {"llm": "openai", "openai_base_url": base_url, **(settings or {})}
+    # no server: every learner runs the local backend, its own model, on this machine
+    where = {"llm": "openai", "openai_base_url": base_url} if base_url else {"llm": "llama"}
+    settings = {**where, **(settings or {})}
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="miniagent-class-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
     procs, logs = [], []
@@ -177,27 +180,32 @@ class OthersSampler:
         return round(sum(self.samples) / len(self.samples), 1) if self.samples else None
 
 
-def class_load(levels: list[int], *, base_url: str | None = None, eval_set: Path = DEFAULT_SET,
-               questions_each: int | None = None, settings: dict | None = None, model_path: str | None = None,
-               on_level=None) -> dict:
-    """Every level in turn against one server (``base_url``, or llama-cpp-python's started here and reaped)."""
-    from ..model_server import llama_cpp_server
+def class_load(levels: list[int], *, server: str = "miniagent", base_url: str | None = None,
+               eval_set: Path = DEFAULT_SET, questions_each: int | None = None, settings: dict | None = None,
+               model_path: str | None = None, on_level=None) -> dict:
+    """Every level in turn against one server: ``base_url``, or one of :data:`SERVERS` started here and reaped,
+    or ``"local"``: no server, each learner runs the local backend on this machine (the baseline)."""
+    from ..model_server import SERVERS, model_server
 
+    if base_url is None and server not in (*SERVERS, LOCAL):
+        raise ValueError(f"no server named {server!r}: choose {', '.join((*SERVERS, LOCAL))}, or give a base URL")
     log_dir = Path(tempfile.mkdtemp(prefix="miniagent-class-"))
-    started_here = base_url is None
-    server = (llama_cpp_server(model_path, log=log_dir / "server.log") if started_here
-              else contextlib.nullcontext(base_url))
+    if base_url is not None:
+        kind, running = base_url, contextlib.nullcontext(base_url)
+    elif server == LOCAL:
+        kind, running = LOCAL, contextlib.nullcontext(None)
+    else:
+        kind, running = server, model_server(server, model_path, log=log_dir / "server.log")
     results = []
     load_before = load_average()
-    with server as url, OthersSampler() as others:
+    with running as url, OthersSampler() as others:
         for n in levels:
             level = run_level(n, url, eval_set=eval_set, questions_each=questions_each, settings=settings,
                               log_dir=log_dir)
             results.append(level)
             if on_level:
                 on_level(level)
-    return {"server": "llama-cpp-python (defaults, started here)" if started_here else base_url,
-            "cpus": machine_cores(), "eval_set": _shown(eval_set), "questions_each": questions_each,
+    return {"server": kind, "cpus": machine_cores(), "eval_set": _shown(eval_set), "questions_each": questions_each,
             "settings": settings or {}, "levels": results, "logs": str(log_dir),
             "load_before": load_before, "others_cpu_mean": others.mean(), "busy_others": BUSY_OTHERS,
             "measured_at": time.strftime("%Y-%m-%d %H:%M")}
@@ -233,12 +241,17 @@ def _machine_line(report: dict, t: dict, lang: str) -> str:
         others=number(report["others_cpu_mean"], lang), before=before, cpus=report["cpus"])
 
 
+def _server_kind(server: str) -> str:
+    """A report's server as a name the tables translate (reports before the lab's server said a sentence)."""
+    return "llama-cpp-python" if server.startswith("llama-cpp-python") else server
+
+
 def markdown(report: dict, lang: str = "en") -> str:
     """The docs' table for one language, with whether the machine was quiet enough to trust it."""
     t = TABLE[lang]
     settings = ", ".join(f"`{k}={v}`" for k, v in report["settings"].items()) or t["defaults"]
     share = t["each"].format(n=report["questions_each"]) if report["questions_each"] else t["split"]
-    server = report["server"] if "://" in report["server"] else "llama-cpp-python"
+    server = report["server"] if "://" in report["server"] else t["servers"][_server_kind(report["server"])]
     lines = [t["intro"].format(when=report["measured_at"], cpus=report["cpus"], server=server,
                                eval_set=report["eval_set"], share=share, settings=settings),
              _machine_line(report, t, lang), "",
