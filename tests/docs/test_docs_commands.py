@@ -258,6 +258,10 @@ def _module_parser(module: str):
         from miniagent.models.llama_server import build_parser
 
         return build_parser()
+    if module == "miniagent.models.class_server":
+        from miniagent.models.class_server import build_parser
+
+        return build_parser()
     return None
 
 

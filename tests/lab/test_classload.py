@@ -119,3 +119,31 @@ def test_a_small_class_reaps_every_learner(server):
     assert result["others_cpu_mean"] is not None and result["others_cpu_mean"] >= 0
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     assert not left, f"left behind: {[p.cmdline() for p in left]}"
+
+
+@pytest.mark.parametrize("script, says", [
+    ("import time; time.sleep(30)", "was not ready within 0.5 s"),
+    ("print('Traceback: the MCP server did not start', flush=True)", "did not start"),
+    ("pass", "did not start"),
+])
+def test_a_learner_that_does_not_get_ready_is_named_within_its_bound(tmp_path, script, says):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(RuntimeError, match=f"a learner {says} \\(see {tmp_path}\\)"):
+            classload._wait_until_ready(proc, tmp_path, timeout_s=0.5)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_learner_that_says_it_is_ready_is_waited_for_no_longer(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import json; print(json.dumps({'ready': True}), flush=True)"],
+                            stdout=subprocess.PIPE, text=True)
+    classload._wait_until_ready(proc, tmp_path, timeout_s=60)
+    assert proc.wait(timeout=60) == 0

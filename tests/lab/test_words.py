@@ -174,14 +174,26 @@ def test_a_figure_is_written_as_each_language_writes_it():
 
 
 def test_the_spanish_class_table_writes_decimal_commas_the_english_one_points():
+    from miniagent.lab.commands import classload
+
+    level = {"learners": 1, "questions": 30, "wall_s": 140.2, "turn_p50_s": 3.2, "turn_p95_s": 3.9, "turns": 60,
+             "run_p50_s": 4.5, "run_p95_s": 5.4, "answered": 30, "stop_reasons": {"answered": 30}, "correct": 26}
+    report = {"server": "miniagent", "cpus": 2, "eval_set": "labs/01-tutor-end-to-end/eval.jsonl",
+              "questions_each": None, "settings": {}, "levels": [level], "measured_at": "2026-11-26 10:47",
+              "load_before": 1.63, "others_cpu_mean": 3.5, "busy_others": 50.0}
+    es, en = classload.markdown(report, "es"), classload.markdown(report, "en")
+    assert "| 1 | 30 | 140 | 12,8 | 3,2 / 3,9 | 4,5 / 5,4 |" in es and "| 1 | 30 | 140 | 12.8 | 3.2 / 3.9 |" in en
+    assert "un 3,5 % de un núcleo" in es and "(carga media de 1 minuto antes de empezar: 1,63)" in es
+
+
+def test_every_class_table_in_the_docs_is_what_its_report_draws():
     import json
 
     from miniagent.lab.commands import classload
 
-    report = json.loads((ROOT / "docs_results" / "class-load-counted.json").read_text(encoding="utf-8"))
-    es, en = classload.markdown(report, "es"), classload.markdown(report, "en")
-    assert "| 1 | 30 | 140 | 12,9 | 3,2 / 3,9 | 4,5 / 5,4 |" in es and "| 1 | 30 | 140 | 12.9 | 3.2 / 3.9 |" in en
-    assert "un 3,5 % de un núcleo" in es and "(carga media de 1 minuto antes de empezar: 1,63)" in es
-    for lang, suffix in (("en", ".md"), ("es", ".es.md")):  # the docs' tables are what the report draws
-        assert (ROOT / "docs_results" / f"class-load-counted{suffix}").read_text(encoding="utf-8") == \
-            classload.markdown(report, lang)
+    reports = sorted((ROOT / "docs_results").glob("class-load-*.json"))
+    assert len(reports) >= 5
+    for path in reports:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        for lang, suffix in (("en", ".md"), ("es", ".es.md")):
+            assert path.with_suffix(suffix).read_text(encoding="utf-8") == classload.markdown(report, lang), path

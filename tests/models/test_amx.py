@@ -139,18 +139,38 @@ def test_ask_prints_the_startup_line_with_the_choice_and_the_buffers():
     assert proc.stdout.strip() == "she went"
 
 
+def test_the_model_servers_take_the_setting_from_every_layer(tmp_path):
+    """Both servers a teacher can start (the lab's and llama-cpp-python's) choose with ``amx_from_layers``."""
+    from miniagent.models.llama_server import amx_from_layers
+
+    amx_cpu, file, empty = cpuinfo(tmp_path, AMX_FLAGS), tmp_path / "miniagent.toml", tmp_path / "empty.toml"
+    file.write_text('llama_amx = "on"\nmodel = "elsewhere.gguf"\n')  # the file's other settings are not its business
+    empty.write_text("")
+    assert amx_from_layers(None, env={}, path=empty, cpuinfo=amx_cpu).enabled is False  # auto
+    assert amx_from_layers(None, env={}, path=file, cpuinfo=amx_cpu).enabled is True
+    assert amx_from_layers(None, env={"MINIAGENT_LLAMA_AMX": "off"}, path=file, cpuinfo=amx_cpu).enabled is False
+    assert amx_from_layers("on", env={"MINIAGENT_LLAMA_AMX": "off"}, path=file, cpuinfo=amx_cpu).enabled is True
+    with pytest.raises(ConfigError, match="llama_amx"):
+        amx_from_layers(None, env={"MINIAGENT_LLAMA_AMX": "sometimes"}, path=file)
+
+
 @pytest.mark.real_model
-def test_the_class_server_takes_the_same_choice(tmp_path):
-    """The lab's model server is llama-cpp-python's, loaded with the lab's AMX choice."""
-    pytest.importorskip("llama_cpp.server")
-    from miniagent.lab.model_server import llama_cpp_server
+@pytest.mark.parametrize("kind, line", [
+    ("llama-cpp-python", "[miniagent] model server: AMX path: off (forced by llama_amx = off)"),
+    ("miniagent", "AMX path: off (forced by llama_amx = off); http://127.0.0.1:"),
+])
+def test_a_class_server_takes_the_same_choice(tmp_path, kind, line):
+    """A teacher's server, either of the two, loads the model with the lab's AMX choice and says so."""
+    pytest.importorskip("uvicorn")
+    from miniagent.lab.model_server import model_server
 
     log = tmp_path / "server.log"
-    with llama_cpp_server(log=log, extra_args=("--llama-amx", "off")):
+    with model_server(kind, log=log, extra_args=("--llama-amx", "off")):
         pass
     text = log.read_text()
-    assert "[miniagent] model server: AMX path: off (forced by llama_amx = off)" in text
-    assert "model buffer size" in text and not any(f"{name} model buffer" in text for name in EXTRA_BUFFERS), text
+    assert line in text, text
+    if kind == "llama-cpp-python":  # llama.cpp's own load log (the lab's server keeps it, as the local backend)
+        assert "model buffer size" in text and not any(f"{name} model buffer" in text for name in EXTRA_BUFFERS), text
 
 
 def test_every_ci_log_names_its_cpu_and_whether_it_has_amx():

@@ -333,3 +333,23 @@ def test_a_wedged_model_server_ends_invoke_ask_with_model_failed_and_says_so():
     assert outcome["stop_reason"] == "model_failed", outcome
     assert f"the model server at {server.url} took the connection but did not answer GET {server.url}/models " \
            "within 2 s" in outcome["answer"]
+
+
+def test_every_completion_names_its_learner_and_two_learners_differ():
+    """The class server keeps a learner's prompt in that learner's slot by the request's ``user``."""
+    from miniagent.models.openai_server import ModelServer
+
+    body = json.dumps({"choices": [{"text": "went", "finish_reason": "stop",
+                                    "logprobs": {"top_logprobs": [{"went": -0.1}]}}]}).encode()
+    with FakeModelServer(body=body) as fake:
+        first, second = ModelServer(fake.url, max_retries=0), ModelServer(fake.url, max_retries=0)
+        try:
+            first.complete("Q: go", 4, ['"'], None)
+            first.top_logprobs("Q: go", None)
+            second.complete("Q: go", 4, ['"'], None)
+        finally:
+            first.close()
+            second.close()
+    users = [request.get("user") for request in fake.requests]
+    assert users[0] == users[1] == first.user and users[2] == second.user != first.user
+    assert first.user.startswith("miniagent-") and len(first.user) == len("miniagent-") + 12

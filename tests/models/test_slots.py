@@ -27,8 +27,13 @@ def fresh(s: Slots) -> None:
     s.owners.clear()
 
 
+# The start every learner's prompt shares: a part of the real header (the slots do not care how long it is,
+# and each test evaluates it again).
+SHARED = HEADER[:600]
+
+
 def question(s: Slots, text: str) -> list[int]:
-    return s.vocab.tokenize(HEADER + f"Q: {text}\nA: ", bos=True)
+    return s.vocab.tokenize(SHARED + f"\n\nQ: {text}\nA: ", bos=True)
 
 
 def test_a_learner_going_on_stays_in_its_slot_and_evaluates_only_what_is_new(slots):
@@ -53,7 +58,7 @@ def test_another_learner_gets_a_slot_of_its_own_sharing_the_header(slots):
     fresh(slots)
     she = question(slots, "What is the past simple of go for she?" + " Please." * 40)
     they = question(slots, "What is the future continuous of swim for they?" + " Thanks." * 40)
-    header = len(slots.vocab.tokenize(HEADER, bos=True))
+    header = len(slots.vocab.tokenize(SHARED, bos=True))
     a, _ = slots.logits_after(she)
     before, shared = slots.evaluated, slots.shared
     b, _ = slots.logits_after(they)

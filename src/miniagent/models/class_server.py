@@ -1,6 +1,6 @@
 """The lab's class server: one model for a class, behind the part of the OpenAI API the ``openai`` backend uses.
 
-    python -m miniagent.models.class_server [--host 0.0.0.0] [--port 8000] [--slots 8] [--n-ctx 8192]
+    python -m miniagent.models.class_server [--host 0.0.0.0] [--port 8000] [--slots 16] [--n-ctx 16384]
                                             [--n-threads N] [--model PATH] [--llama-amx auto|on|off]
 
 It answers ``GET /v1/models`` and ``POST /v1/completions`` (raw text in, greedy text out, ``stop``,
@@ -178,8 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: the whole network)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model", default=None, help="GGUF file (default: the embedded Gemma 3 270M)")
-    parser.add_argument("--slots", type=int, default=8, help="learners' prompts kept in the cache at once")
-    parser.add_argument("--n-ctx", type=int, default=8192, help="KV cells shared by all slots")
+    # One slot per learner of a 16-learner class; the cells: the header once, and each learner's own part
+    # (a few hundred tokens, up to a 2048-token window).  About 300 MB of KV cache for this model.
+    parser.add_argument("--slots", type=int, default=16, help="learners' prompts kept in the cache at once")
+    parser.add_argument("--n-ctx", type=int, default=16384, help="KV cells shared by all slots")
     parser.add_argument("--n-threads", type=int, default=None, help="llama.cpp threads (default: every core)")
     parser.add_argument("--llama-amx", choices=AMX_CHOICES, default=None,
                         help="llama.cpp's AMX path (default: miniagent.toml, MINIAGENT_LLAMA_AMX, else auto)")
@@ -193,14 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value < 1:
             print(f"miniagent: bad setting: --{name.replace('_', '-')} must be at least 1, not {value}", file=sys.stderr)
             return 2
-    from ..agent.config import ConfigError, layered
-    from .llama_params import choose_amx
-    from .settings import ModelSettings, check
+    from ..agent.config import ConfigError
+    from .llama_server import amx_from_layers
 
     try:
-        settings = ModelSettings(**layered({"llama_amx": str}, cli={"llama_amx": args.llama_amx}, whole_file=False))
-        check(settings)
-        amx = choose_amx(settings.llama_amx)
+        amx = amx_from_layers(args.llama_amx)
     except ConfigError as err:
         print(f"miniagent: bad setting: {err}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from ..agent.config import ConfigError, layered
-from .llama_params import choose_amx
+from .llama_params import AmxChoice, choose_amx
 from .settings import AMX_CHOICES, ModelSettings, check
 
 
@@ -34,6 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def amx_from_layers(flag: str | None, *, env=None, path=None, cpuinfo=None) -> AmxChoice:
+    """The AMX choice a model server makes (this one and the lab's class server): ``llama_amx`` from the
+    defaults, ``miniagent.toml``, ``MINIAGENT_LLAMA_AMX`` and ``--llama-amx`` (``flag``); ConfigError for a
+    bad value."""
+    settings = ModelSettings(**layered({"llama_amx": str}, cli={"llama_amx": flag}, env=env, path=path,
+                                       whole_file=False))
+    check(settings)
+    return choose_amx(settings.llama_amx, cpuinfo)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     ours = build_parser().parse_args(args)  # every option checked (and --help) before anything loads
@@ -42,9 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             del args[at:at + (2 if arg == "--llama-amx" else 1)]
             break
     try:
-        settings = ModelSettings(**layered({"llama_amx": str}, cli={"llama_amx": ours.llama_amx}, whole_file=False))
-        check(settings)
-        choice = choose_amx(settings.llama_amx)
+        choice = amx_from_layers(ours.llama_amx)
     except ConfigError as err:
         print(f"miniagent: bad setting: {err}", file=sys.stderr)
         return 2

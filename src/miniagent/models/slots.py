@@ -42,7 +42,7 @@ class Completion:
 
 
 class Slots:
-    def __init__(self, weights: Weights, *, slots: int = 8, n_ctx: int = 8192, n_threads: int = 2,
+    def __init__(self, weights: Weights, *, slots: int = 16, n_ctx: int = 16384, n_threads: int = 2,
                  n_batch: int = 512) -> None:
         import llama_cpp
         from llama_cpp import _internals as internals

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -33,6 +34,7 @@ from ..harness.process_tree import MachineLoad, TreeSampler
 from ..words import number, section
 
 LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
+READY_TIMEOUT_S = 120.0  # one learner's start-up: its MCP server, its backend's checks (and the local model's load)
 LOCAL = "local"  # class-load's baseline: no shared server, each learner runs the local backend
 
 
@@ -86,6 +88,15 @@ def turn_latencies(events: list[dict]) -> list[float]:
     return list(turns.values())
 
 
+def _wait_until_ready(proc: subprocess.Popen, log_dir: Path, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """The learner's ready line, within ``timeout_s``; RuntimeError naming its log otherwise."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    line = proc.stdout.readline() if ready else ""
+    if not line.strip().startswith('{"ready"'):
+        why = "did not start" if ready else f"was not ready within {timeout_s:g} s"
+        raise RuntimeError(f"a learner {why} (see {log_dir}): {line!r}")
+
+
 def _say(record: dict) -> None:
     print(json.dumps(record), flush=True)
 
@@ -110,10 +121,10 @@ def run_level(learners: int, base_url: str | None, *, eval_set: Path = DEFAULT_S
                  "--items", ",".join(map(str, share)), "--settings", json.dumps(settings)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
                 start_new_session=True))  # a group per learner: its MCP server is reaped with it
-        for proc in procs:  # every learner set up (its MCP server started, its backend warmed up)
-            line = proc.stdout.readline()
-            if not line.strip().startswith('{"ready"'):
-                raise RuntimeError(f"a learner did not start (see {log_dir}): {line!r}")
+            # Each learner set up (its MCP server started, its backend warmed up) before the next starts: on
+            # their own laptops they would not share two cores, and sixteen start-ups at once outlast the MCP
+            # server's own start-up bound here.  Start-up is not what a level measures.
+            _wait_until_ready(procs[-1], log_dir)
         go = time.time()
         for proc in procs:
             proc.stdin.write("go\n")
