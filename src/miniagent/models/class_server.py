@@ -9,8 +9,7 @@ endpoint, so ``decode = "greedy"`` needs another server (llama-cpp-python's).  W
 llama-cpp-python's sorts the whole vocabulary in Python for every request that asks for log-probabilities
 (about 0.35 s), keeps one prompt cache for the whole class, and a scored turn asks about ten times; this one
 keeps a slot per learner and takes the top 20 with numpy (:mod:`.slots`).  Requests are answered one at a
-time, in the order they come.  HTTP is Starlette's, served by uvicorn (both come with
-``llama-cpp-python[server]``).
+time.  HTTP is Starlette's, served by uvicorn (both come with ``llama-cpp-python[server]``).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 

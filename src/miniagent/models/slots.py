@@ -9,7 +9,7 @@ What a class server spends its time on, and how this avoids it:
   used longest ago, and the header's KV cells are *shared* with it (``llama_memory_seq_cp``: no copy, no
   evaluation), so the header is evaluated once for the whole class.
 * **Log-probabilities over the whole vocabulary in Python.**  The top ``k`` of 262,144 come from one numpy
-  ``argpartition`` (about a millisecond), not from sorting the vocabulary.
+  ``argpartition`` (a few milliseconds), not from sorting the vocabulary.
 
 The numbers are llama.cpp's, as in the local backend (:class:`.llama_runtime.KVRuntime`).  The requests are
 taken one at a time (the caller holds a lock): on a CPU the model already uses every core for one request.
