@@ -122,6 +122,90 @@ def test_models_and_no_chat(client):
     assert chat.status_code == 404 and "greedy" in chat.json()["error"]["message"]
 
 
+def frame_of(body: dict) -> dict:
+    """A reply with its id and time checked and taken out (they change with every request)."""
+    import re
+    import time
+
+    assert re.fullmatch(r"cmpl-[0-9a-f]{24}", body.pop("id")), "an id as OpenAI's: cmpl- and 24 hex digits"
+    assert abs(body.pop("created") - time.time()) < 60
+    return body
+
+
+def test_a_whole_completion_is_the_openai_format_field_for_field(client):
+    reply = client.post("/v1/completions", json={"prompt": "go she", "max_tokens": 2, "logprobs": 1})
+    assert frame_of(reply.json()) == {
+        "object": "text_completion", "model": "local",
+        "choices": [{"index": 0, "text": "went", "finish_reason": "stop",
+                     "logprobs": {"tokens": ["we", 'nt"'], "token_logprobs": [-0.5, -0.1],
+                                  "top_logprobs": [{"went": -0.5, "go": -1.5}, {'nt"': -0.1}],
+                                  "text_offset": [6, 8]}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+
+
+def test_a_streamed_completion_is_the_openai_format_field_for_field():
+    from starlette.testclient import TestClient
+
+    three = Completion("abcdef", [7, 8, 9], "length", [{"ab": -0.1}, {"cd": -0.2}, {"ef": -0.3}], [-0.1, -0.2, -0.3])
+    recorder = Recorder(three)
+    recorder.piece = lambda token: {7: "ab", 8: "cd", 9: "ef"}[token]
+    with TestClient(build_app(recorder)) as http:
+        reply = http.post("/v1/completions", json={"prompt": "x", "max_tokens": 3, "stream": True})
+    *events, done = reply.text.split("\n\n")[:-1]
+    assert done == "data: [DONE]" and all(e.startswith("data: {") for e in events)
+    chunks = [frame_of(json.loads(e[len("data: "):])) for e in events]
+    choice = {"object": "text_completion", "model": "local"}
+    assert chunks == [
+        {**choice, "choices": [{"index": 0, "text": "ab", "logprobs": None, "finish_reason": None}]},
+        {**choice, "choices": [{"index": 0, "text": "cd", "logprobs": None, "finish_reason": None}]},
+        {**choice, "choices": [{"index": 0, "text": "ef", "logprobs": None, "finish_reason": None}]},
+        {**choice, "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length"}]}]
+
+
+def test_errors_are_the_openai_format(client):
+    bad = client.post("/v1/completions", json={"prompt": "go", "max_tokens": -1})
+    assert bad.json() == {"error": {"message": "not a completion request: max_tokens: Input should be greater than "
+                                               "or equal to 0", "type": "invalid_request_error"}}
+    assert client.post("/v1/completions", content="[1]").json()["error"]["message"].startswith(
+        "not a completion request: body: ")
+    nested = client.post("/v1/completions", json={"prompt": ["go", 3]}).json()["error"]["message"]
+    assert "prompt.str: Input should be a valid string; prompt.list[str].1: Input should be a valid string" in nested
+    assert client.post("/v1/completions", json={"prompt": ["a", "b"]}).json() == {
+        "error": {"message": "this server completes one prompt per request", "type": "invalid_request_error"}}
+    assert client.post("/v1/chat/completions", json={}).json() == {"error": {
+        "message": "this server has no chat endpoint: it serves scored decoding (/v1/completions); "
+                   "for decode = \"greedy\" use llama-cpp-python's server", "type": "not_found_error"}}
+    assert client.get("/v1/models").json() == {
+        "object": "list", "data": [{"id": "local", "object": "model", "owned_by": "miniagent"}]}
+
+
+def test_each_endpoint_takes_its_method_only(client):
+    assert client.post("/v1/models").status_code == 405
+    assert client.get("/v1/completions").status_code == 405
+    assert client.get("/v1/chat/completions").status_code == 405
+
+
+def test_a_prompt_that_exactly_fills_the_context_is_served_one_more_token_is_not(client):
+    fits = " ".join(["w"] * 53)  # 1 + 53 prompt tokens + 10 = 64 = n_ctx
+    assert client.post("/v1/completions", json={"prompt": fits, "max_tokens": 10}).status_code == 200
+    refused = client.post("/v1/completions", json={"prompt": fits, "max_tokens": 11})
+    assert refused.json()["error"]["message"] == "54 prompt tokens and max_tokens 11 do not fit in n_ctx=64"
+
+
+def test_one_stop_string_of_several_characters_stays_whole(client):
+    client.post("/v1/completions", json={"prompt": "go", "stop": "\n\n"})
+    assert client.recorder.asked[-1][2] == ["\n\n"]
+
+
+def test_the_server_says_what_it_did_when_it_shuts_down():
+    from starlette.testclient import TestClient
+
+    said = []
+    with TestClient(build_app(Recorder(), on_exit=lambda: said.append("bye"))):
+        assert said == []
+    assert said == ["bye"]
+
+
 @pytest.mark.parametrize("flag", ["--slots", "--n-ctx", "--n-threads"])
 def test_a_bad_number_is_refused_before_anything_loads(flag, capsys):
     assert main([flag, "0"]) == 2

@@ -210,11 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.n_threads or usable_cores()
     slots = Slots(load_weights(args.model, amx), slots=args.slots, n_ctx=args.n_ctx, n_threads=threads)
     print(f"[miniagent] class server: {slots.model_path}, {args.slots} slots, n_ctx {args.n_ctx}, "
-          f"{threads} threads, {amx.describe()}; http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+          f"{threads} threads, {amx.describe()}; http://{args.host}:{args.port}/v1", file=sys.stderr)
 
     def on_exit():
         print(f"[miniagent] class server: {slots.requests} requests, {slots.evaluated} tokens evaluated, "
-              f"{slots.shared} reused from another slot's cache", file=sys.stderr, flush=True)
+              f"{slots.shared} reused from another slot's cache", file=sys.stderr)  # stderr is line-buffered
 
     uvicorn.run(build_app(slots, on_exit=on_exit), host=args.host, port=args.port, log_level="warning")
     return 0

@@ -57,7 +57,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
                 "models/test_openai_backend", "models/test_shared_server", "models/test_model_file",
                 "models/test_prompt", "models/test_scripted", "models/test_model_parts",
                 "models/test_make_backend", "models/test_scored_decoder", "models/test_slots",
-                "models/test_class_server", "test_settings_reach"]),
+                "models/test_class_server", "models/test_class_server_main", "test_settings_reach"]),
     "tools": (["src/miniagent/tools/*"],
               ["tools/test_conjugation", "tools/test_verb_forms", "tools/test_mcp_surface", "tools/test_mcp_server",
                "tools/test_mcp_client_messages", "tools/test_properties_client", "tools/test_mcp_client_outcomes",
