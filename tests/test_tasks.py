@@ -497,3 +497,15 @@ def test_task_decorates_both_ways_and_runs_the_body_with_sigterm_and_sighup_unwi
     assert tasks.task()(plain)(Context()) == "plain done"
     after = tasks.task(bare, name="after")(with_help)
     assert list(after.pre) == [bare] and after.name == "after"
+
+
+def test_every_wings_mutants_run_in_processes_forked_from_a_server_that_ran_no_test():
+    """Forked from a process that had run llama.cpp, a mutant's real-model tests hang and count as killed."""
+    import tomllib
+
+    from miniagent.lab.commands.mutants import WINGS, mutmut_config
+
+    for wing in WINGS:
+        table = tomllib.loads(mutmut_config(wing))["tool"]["mutmut"]
+        assert table["process_isolation"] == "forkserver", wing
+        assert table["only_mutate"] == WINGS[wing][0]

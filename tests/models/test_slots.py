@@ -172,3 +172,106 @@ def test_more_owners_than_slots_take_over_the_slot_used_longest_ago(slots):
     assert slots.logits_after(prompts["learner-3"], "learner-3")[0] == used["learner-0"]
     assert "learner-0" not in slots.owners and slots.owners["learner-3"] == used["learner-0"]
     assert slots.logits_after(prompts["learner-0"], "learner-0")[0] == used["learner-1"]  # back: the next oldest
+
+
+# --- the numbers a slot gives, whichever way its cells got there -------------------------------------------
+@pytest.fixture(scope="module")
+def local():
+    rt = KVRuntime(n_ctx=2048)
+    yield rt
+    rt.close()
+
+
+def same_top(logits: np.ndarray, reference: np.ndarray, n: int = 5) -> None:
+    """The same likeliest token, at about the same log-probabilities (llama.cpp's numbers move by up to a few tenths
+    with how a prompt is cut into batches; a slot that lost its cells gives another ranking altogether)."""
+    ours, theirs = log_softmax(logits.astype(np.float64)), log_softmax(reference.astype(np.float64))
+    assert np.argmax(ours) == np.argmax(theirs)
+    assert len(set(np.argsort(-ours)[:n]) & set(np.argsort(-theirs)[:n])) >= n - 1  # near-ties may swap
+    np.testing.assert_allclose(np.sort(ours)[-n:], np.sort(theirs)[-n:], atol=0.5)
+
+
+def test_a_slot_that_shares_anothers_cells_gives_a_fresh_evaluations_numbers(slots, local):
+    fresh(slots)
+    she = question(slots, "What is the past simple of go for she?" + " Please." * 40)
+    they = question(slots, "What is the future continuous of swim for they?" + " Thanks." * 40)
+    slots.logits_after(she, "learner-a")
+    _, shared = slots.logits_after(they, "learner-b")  # the header's cells borrowed from learner a's slot
+    local.rollback(0)
+    same_top(shared, local.sync(they))
+
+
+def test_a_learner_going_on_in_its_slot_gets_a_fresh_evaluations_numbers(slots, local):
+    fresh(slots)
+    first = question(slots, "What is the past simple of go for she?")
+    slots.logits_after(first, "learner-a")
+    slots.logits_after(question(slots, "Another learner entirely?" + " Yes." * 30), "learner-b")
+    on = first + slots.vocab.tokenize('{"tool": "conjugate", "verb": "go"')
+    _, logits = slots.logits_after(on, "learner-a")
+    local.rollback(0)
+    same_top(logits, local.sync(on))
+
+
+def test_a_new_server_has_counted_nothing_and_then_counts_exactly():
+    s = Slots(load_weights(), slots=2, n_ctx=256, n_threads=2)
+    try:
+        assert (s.requests, s.evaluated, s.shared) == (0, 0, 0)
+        assert s.model_path.endswith(".gguf") and s.vocab.size > 200_000
+        prompt = s.vocab.tokenize("The capital of France is", bos=True)
+        done = s.complete(prompt, 3, [], None, "learner-a")
+        assert s.owners == {"learner-a": 0}, "complete() hands the owner on"
+        # the prompt, then each generated token but the last (nothing reads the logits after it)
+        assert (s.requests, s.evaluated, s.shared) == (1, len(prompt) + 2, 0)
+        assert (done.finish_reason, len(done.tokens)) == ("length", 3)
+        s.complete(prompt, 1, [], None, "learner-b")
+        # a slot of its own with the prompt's cells borrowed, its last token evaluated again for fresh logits
+        assert (s.requests, s.evaluated, s.shared) == (2, len(prompt) + 3, len(prompt))
+    finally:
+        s.close()
+
+
+def test_a_completion_stops_where_the_slot_is_full():
+    s = Slots(load_weights(), slots=1, n_ctx=32, n_threads=2)
+    try:
+        prompt = s.vocab.tokenize(" word" * 28, bos=True)[:29]
+        done = s.complete(prompt, 10, [], None)
+        assert len(s.held[0]) == 32 and (done.finish_reason, len(done.tokens)) == ("length", 4)
+    finally:
+        s.close()
+
+
+def test_an_empty_stop_string_stops_nothing_and_a_stop_at_the_start_stops_at_once(slots):
+    fresh(slots)
+    prompt = question(slots, "What is the past simple of go for she?")
+    first = slots.complete(prompt, 1, [], None)
+    assert slots.complete(prompt, 2, [""], None).finish_reason == "length"
+    stopped = slots.complete(prompt, 5, [first.text], None)
+    assert (stopped.text, stopped.finish_reason, stopped.tokens) == ("", "stop", first.tokens)
+
+
+def test_the_end_of_text_ends_a_completion_without_a_token(slots, monkeypatch):
+    fresh(slots)
+    prompt = question(slots, "What is the past simple of go for she?")
+
+    lib = slots._lib
+
+    class EndsAtOnce:  # llama.cpp, but every token is the end of text
+        def __getattr__(self, name):
+            return getattr(lib, name)
+
+        def llama_vocab_is_eog(self, vocab, token):
+            return True
+
+    monkeypatch.setattr(slots, "_lib", EndsAtOnce())
+    done = slots.complete(prompt, 5, ['"'], 3)
+    assert (done.text, done.tokens, done.finish_reason, done.top_logprobs, done.token_logprobs) == \
+        ("", [], "stop", [], [])
+
+
+def test_the_likeliest_one_is_the_top_one(slots):
+    fresh(slots)
+    _, logits = slots.logits_after(question(slots, "What is the past simple of go for she?"))
+    (piece, value), = slots.top(logits, 1).items()
+    assert piece == slots.vocab.piece(int(np.argmax(logits)))
+    assert value == pytest.approx(float(log_softmax(logits.astype(np.float64)).max()))
+    assert len(slots.top(logits, 2)) == 2
