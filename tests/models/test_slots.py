@@ -236,6 +236,8 @@ def test_a_completion_stops_where_the_slot_is_full():
         prompt = s.vocab.tokenize(" word" * 28, bos=True)[:29]
         done = s.complete(prompt, 10, [], None)
         assert len(s.held[0]) == 32 and (done.finish_reason, len(done.tokens)) == ("length", 4)
+        whole = s.vocab.tokenize(" other" * 40, bos=True)[:32]
+        assert s.logits_after(whole)[1].shape == (s.vocab.size,)  # a prompt exactly as long as the cache fits
     finally:
         s.close()
 
@@ -275,3 +277,15 @@ def test_the_likeliest_one_is_the_top_one(slots):
     assert piece == slots.vocab.piece(int(np.argmax(logits)))
     assert value == pytest.approx(float(log_softmax(logits.astype(np.float64)).max()))
     assert len(slots.top(logits, 2)) == 2
+    every = np.sort(log_softmax(logits.astype(np.float64)))[::-1]
+    top20 = list(slots.top(logits, 20).values())  # two tokens with the same text count once
+    assert len(top20) >= 19 and min(top20) >= every[19] - 1e-9, "only the 20 likeliest, none further down"
+    with pytest.raises(ValueError, match="^an empty prompt$"):
+        slots.logits_after([])
+
+
+def test_the_top_k_are_exactly_the_k_likeliest_tokens(slots):
+    logits = np.random.default_rng(7).normal(size=slots.vocab.size).astype(np.float32)
+    for k in (1, 2, 5, 20):
+        likeliest = np.argsort(-logits)[:k]
+        assert set(slots.top(logits, k)) == {slots.vocab.piece(int(t)) for t in likeliest}, k
