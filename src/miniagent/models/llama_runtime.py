@@ -70,6 +70,16 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens two prompts share from the start: what a KV cache holding one can keep for the other."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     top = logits.max()
     return logits - top - np.log(np.exp(logits - top).sum())
@@ -173,11 +183,7 @@ class KVRuntime:
 
     def sync(self, prompt: list[int]) -> np.ndarray:
         """Make the cache hold exactly ``prompt``, evaluating only what is new."""
-        common = 0
-        for have, want in zip(self.tokens, prompt):
-            if have != want:
-                break
-            common += 1
+        common = common_prefix(self.tokens, prompt)
         if common == len(prompt) == len(self.tokens) and common in self._next_logits:
             return self._next_logits[common]
         common = min(common, len(prompt) - 1)  # at least one token, to get fresh logits

@@ -44,7 +44,7 @@ from ..agent.grounding import Grounds
 from ..agent.errors import ModelFailed, ModelTimeout
 from ..agent.ports import Entry, ModelReply
 from .llama_params import vocab_only_params
-from .llama_runtime import Decoded, default_model_path
+from .llama_runtime import Decoded, common_prefix, default_model_path
 from .openai_server import TOP_LOGPROBS, ModelServer, RequestRefused, token_count
 from .prompt import HEADER, render
 from .scored import ScoredDecoder
@@ -105,11 +105,7 @@ class ServerRuntime:
         return self.vocab.detokenize(tokens[1:] if tokens[:1] == [self.bos] else tokens)
 
     def sync(self, prompt: list[int]) -> None:
-        common = 0
-        for have, want in zip(self.tokens, prompt):
-            if have != want:
-                break
-            common += 1
+        common = common_prefix(self.tokens, prompt)
         self.evaluated += len(prompt) - common
         self.tokens = list(prompt)
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..agent.errors import ContextFull
 from .llama_params import context_params
-from .llama_runtime import Weights, log_softmax
+from .llama_runtime import Weights, common_prefix, log_softmax
 from .vocabulary import Vocabulary
 
 # A prompt that would throw away more than this many tokens of the slot it shares most with belongs to another
@@ -74,7 +74,7 @@ class Slots:
         slot that starts over gets the cells of the longest start any slot shares with the prompt (``seq_cp``:
         no copy, no evaluation).
         """
-        common = [_common_prefix(held, prompt) for held in self.held]
+        common = [common_prefix(held, prompt) for held in self.held]
         best = max(range(len(self.held)), key=lambda s: (common[s], self.used_at[s]))
         if owner is not None and owner in self.owners:
             target = self.owners[owner]
@@ -194,11 +194,3 @@ class Slots:
             except Exception:  # closing twice or at interpreter exit
                 pass
 
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
