@@ -80,6 +80,15 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def close_quietly(*closers: Callable[[], object]) -> None:
+    """Free llama.cpp's objects in order, each even if one before it failed."""
+    for closer in closers:
+        try:
+            closer()
+        except Exception:  # closing twice or at interpreter exit: nothing left to free
+            pass
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     top = logits.max()
     return logits - top - np.log(np.exp(logits - top).sum())
@@ -342,11 +351,7 @@ class KVRuntime:
         return True
 
     def close(self) -> None:
-        for closer in (self.batch.close, self.ctx.close, self.model.close):
-            try:
-                closer()
-            except Exception:  # closing twice or at interpreter exit: nothing left to free
-                pass
+        close_quietly(self.batch.close, self.ctx.close, self.model.close)
 
 
 # llama.cpp's C log is silent but for the load's buffer lines (it writes to stderr on every context otherwise).

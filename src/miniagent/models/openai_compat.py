@@ -44,7 +44,7 @@ from ..agent.grounding import Grounds
 from ..agent.errors import ModelFailed, ModelTimeout
 from ..agent.ports import Entry, ModelReply
 from .llama_params import vocab_only_params
-from .llama_runtime import Decoded, common_prefix, default_model_path
+from .llama_runtime import Decoded, close_quietly, common_prefix, default_model_path
 from .openai_server import TOP_LOGPROBS, ModelServer, RequestRefused, token_count
 from .prompt import HEADER, render
 from .scored import ScoredDecoder
@@ -238,10 +238,7 @@ class ServerRuntime:
 
     def close(self) -> None:
         self.server.close()
-        try:
-            self.model.close()
-        except Exception:  # closing twice or at interpreter exit
-            pass
+        close_quietly(self.model.close)
 
 
 class OpenAIBackend:

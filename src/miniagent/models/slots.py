@@ -24,7 +24,7 @@ import numpy as np
 
 from ..agent.errors import ContextFull
 from .llama_params import context_params
-from .llama_runtime import Weights, common_prefix, log_softmax
+from .llama_runtime import Weights, close_quietly, common_prefix, log_softmax
 from .vocabulary import Vocabulary
 
 # A prompt that would throw away more than this many tokens of the slot it shares most with belongs to another
@@ -188,9 +188,5 @@ class Slots:
         return Completion(text, tokens, "length", tops, own)
 
     def close(self) -> None:
-        for closer in (self.batch.close, self.ctx.close, self.model.close):
-            try:
-                closer()
-            except Exception:  # closing twice or at interpreter exit
-                pass
+        close_quietly(self.batch.close, self.ctx.close, self.model.close)
 
