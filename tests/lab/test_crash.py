@@ -56,6 +56,49 @@ def test_the_report_names_the_signal_the_loop_the_stderr_and_the_next_step(lang,
     assert crash.describe("SIGSEGV", loop_started=None, turns=0, stderr_lines=[])[0].endswith("fault).")
 
 
+def test_faulthandlers_report_quotes_the_thread_that_died_up_to_five_frames():
+    """The current thread is the one that died, unless a C thread of llama.cpp died: then the thread that was in
+    the model. A report with no thread at all is its first line alone; the blank line after it is optional."""
+    frames = [f'  File "/x/app.py", line {n} in f{n}' for n in range(8)]
+    app = ["Fatal Python error: Aborted", "Current thread 0x1 (most recent call first):", *frames, "",
+           "Thread 0x2 (most recent call first):", frames[0]]
+    assert crash.fatal_error(app) == ["Fatal Python error: Aborted", app[1], *frames[:5]]
+    model = ['  File "/x/llama_cpp/llama.py", line 1 in eval']
+    both = ["Fatal Python error: Segmentation fault", "", "Thread 0x2 (most recent call first):", *model, "",
+            "Current thread 0x1 (most recent call first):", *model, frames[0]]
+    assert crash.fatal_error(both) == [both[0], both[5], *model, frames[0]]
+    assert crash.fatal_error(["Fatal Python error: Aborted", "", "Extension modules: x"]) == \
+        ["Fatal Python error: Aborted"]
+
+
+def test_the_report_says_where_it_died_or_that_it_said_nothing():
+    """The header over the quoted lines says whether they are faulthandler's report or just the last lines; no
+    stderr at all is said so; llama.cpp frames on stderr without a report still point at the model."""
+    report = ["Fatal Python error: Segmentation fault", "", "Current thread 0x1 (most recent call first):",
+              '  File "/x/app.py", line 3 in main']
+    assert crash.describe("SIGSEGV", loop_started=False, turns=0, stderr_lines=report)[1] == \
+        "Where it died (Python's faulthandler, on stderr):"
+    silent = crash.describe("SIGSEGV", loop_started=False, turns=0, stderr_lines=["", "  "])
+    assert silent[1:] == ["It wrote nothing to stderr.", silent[-1]] and silent[-1].startswith("Next: this is not")
+    frames = crash.describe("SIGSEGV", loop_started=False, turns=0,
+                            stderr_lines=['  File "/x/llama_cpp/_internals.py", line 321 in decode'])
+    assert frames[1] == "Its last lines on stderr:" and "--llama-amx off" in frames[-1]
+
+
+def test_a_signal_without_a_name_or_a_meaning_is_still_reported_plainly():
+    assert crash.signal_name(-99) == "signal 99" and crash.signal_number("SIGNOPE") is None
+    assert crash.describe("signal 99", loop_started=None, turns=0, stderr_lines=[])[0] == \
+        "CRASHED: the agent died of signal 99 (signal ?)."
+
+
+def test_a_language_the_lab_does_not_speak_gets_the_english_report():
+    """Found by mutation testing: the words fell back to English, the signal's meaning did not (a KeyError)."""
+    args = dict(loop_started=True, turns=2, stderr_lines=["boom"])
+    assert crash.describe("SIGSEGV", lang="fr", **args) == crash.describe("SIGSEGV", lang="en", **args)
+    assert crash.short("SIGSEGV") == "crashed (SIGSEGV)" == crash.short("SIGSEGV", lang="fr")
+    assert crash.short("SIGSEGV", lang="es") != crash.short("SIGSEGV") and "SIGSEGV" in crash.short("SIGSEGV", "es")
+
+
 def test_the_frames_quoted_are_the_ones_that_died_in_the_model():
     """A C thread of llama.cpp died (no Python frames of its own): the Python thread inside the model is quoted,
     not the MCP client's thread or the lines the MCP server wrote after the agent was gone."""

@@ -74,7 +74,8 @@ def describe(sig: str, *, loop_started: bool | None, turns: int, stderr_lines: l
              lang: str = "en", who: str = "agent") -> list[str]:
     """The crash report: what killed the agent and when (None: not known), where (faulthandler's report, else
     its last lines on stderr), and the next step."""
-    t = TEXT[lang if lang in TEXT else "en"]
+    lang = lang if lang in TEXT else "en"  # both tables: the words and what each signal means
+    t = TEXT[lang]
     num = signal_number(sig)
     when = "" if loop_started is None else t["after"].format(turns=turns) if loop_started else t["before"]
     lines = [t["died"].format(who=t["who"][who], sig=sig, num=num if num is not None else "?",
