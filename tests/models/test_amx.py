@@ -17,7 +17,8 @@ from miniagent import models
 from miniagent.agent.config import ConfigError
 from miniagent.settings import load_config
 from miniagent.models import llama_params
-from miniagent.models.llama_params import AmxChoice, choose_amx, cpu_reports_amx, weight_buffers
+from miniagent.models.llama_params import (AmxChoice, choose_amx, context_params, cpu_model_name, cpu_reports_amx,
+                                           model_params, vocab_only_params, weight_buffers)
 
 ROOT = Path(__file__).resolve().parents[2]
 # The flags line of a Sapphire Rapids Xeon (shortened) and of a CPU without AMX.
@@ -42,6 +43,42 @@ def test_amx_is_read_from_the_cpu_flags(tmp_path):
     assert cpu_reports_amx(cpuinfo(tmp_path, AMX_FLAGS)) is True
     assert cpu_reports_amx(cpuinfo(tmp_path, PLAIN_FLAGS)) is False
     assert cpu_reports_amx(tmp_path / "missing") is None  # not Linux: nothing to read
+
+
+@pytest.mark.parametrize("flag", ["amx_tile", "amx_int8", "amx_bf16"])
+def test_any_one_amx_flag_is_amx_and_a_damaged_cpuinfo_is_still_read(tmp_path, flag):
+    path = tmp_path / "cpuinfo"
+    path.write_bytes(b"processor\t: 0\nmodel name\t: Xeon \xff\xfe(R)\nflags\t\t: fpu " + flag.encode() + b" sse\n")
+    assert cpu_reports_amx(path) is True
+    assert cpu_model_name(path) == "Xeon \ufffd\ufffd(R)"
+
+
+def test_the_cpu_model_name_is_read_or_unknown(tmp_path):
+    assert cpu_model_name(cpuinfo(tmp_path, PLAIN_FLAGS)) == "Some CPU"
+    (tmp_path / "bare").write_text("processor\t: 0\nflags\t\t: fpu\n")
+    assert cpu_model_name(tmp_path / "bare") == "unknown" and cpu_model_name(tmp_path / "missing") == "unknown"
+    (tmp_path / "colon").write_text("model name\t: Virtual CPU: 2 GHz\n")  # only the first colon splits
+    assert cpu_model_name(tmp_path / "colon") == "Virtual CPU: 2 GHz"
+
+
+def test_the_default_choice_is_auto_and_says_why(tmp_path):
+    assert choose_amx(cpuinfo=cpuinfo(tmp_path, PLAIN_FLAGS)) == \
+        AmxChoice(True, "auto: no AMX on this CPU, nothing to leave out")
+
+
+def test_llama_cpp_is_asked_for_what_llama_cpp_python_asks_for_on_the_cpu():
+    """The parameters as ``llama_cpp.Llama`` sets them (the same logits to the last bit), the AMX choice applied."""
+    import llama_cpp
+
+    model = model_params(AmxChoice(False, "test"))
+    assert (model.n_gpu_layers, model.load_mode, model.use_extra_bufts) == (0, llama_cpp.LLAMA_LOAD_MODE_MMAP, False)
+    assert model_params(AmxChoice(True, "test")).use_extra_bufts is True
+    vocab = vocab_only_params()
+    assert (vocab.n_gpu_layers, vocab.vocab_only) == (0, True)
+    ctx = context_params(n_ctx=2048, n_batch=512, n_seq_max=3, n_threads=2)
+    assert (ctx.n_ctx, ctx.n_batch, ctx.n_ubatch, ctx.n_seq_max, ctx.kv_unified) == (2048, 512, 512, 3, True)
+    assert (ctx.n_threads, ctx.n_threads_batch, ctx.flash_attn_type) == (2, 2, llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+    assert (ctx.yarn_attn_factor, ctx.yarn_beta_fast, ctx.yarn_beta_slow, ctx.no_perf) == (1.0, 32.0, 1.0, False)
 
 
 @pytest.mark.parametrize("setting,flags,enabled", [
@@ -122,8 +159,9 @@ def test_forced_on_the_model_keeps_llamas_extra_buffers(tmp_path):
 
 def test_the_weight_buffers_come_from_llamas_load_log():
     log = ["load_tensors:   CPU_Mapped model buffer size =   235.16 MiB\n", "unrelated\n",
-           "load_tensors:   CPU_REPACK model buffer size =    12.66 MiB\n"]
-    assert weight_buffers(log) == {"CPU_Mapped": 235.16, "CPU_REPACK": 12.66}
+           "load_tensors:   CPU_REPACK model buffer size =    12.66 MiB\n",
+           "load_tensors:   CPU_Mapped model buffer size =     1.00 MiB\n"]  # a second part of the same type
+    assert weight_buffers(log) == {"CPU_Mapped": 236.16, "CPU_REPACK": 12.66}
 
 
 @pytest.mark.real_model
