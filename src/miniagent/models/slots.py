@@ -189,4 +189,3 @@ class Slots:
 
     def close(self) -> None:
         close_quietly(self.batch.close, self.ctx.close, self.model.close)
-

@@ -74,7 +74,7 @@ def describe(sig: str, *, loop_started: bool | None, turns: int, stderr_lines: l
              lang: str = "en", who: str = "agent") -> list[str]:
     """The crash report: what killed the agent and when (None: not known), where (faulthandler's report, else
     its last lines on stderr), and the next step."""
-    lang = lang if lang in TEXT else "en"  # both tables: the words and what each signal means
+    lang = _spoken(lang)  # for both tables: the words and what each signal means
     t = TEXT[lang]
     num = signal_number(sig)
     when = "" if loop_started is None else t["after"].format(turns=turns) if loop_started else t["before"]
@@ -89,4 +89,9 @@ def describe(sig: str, *, loop_started: bool | None, turns: int, stderr_lines: l
 
 
 def short(sig: str, lang: str = "en") -> str:
-    return TEXT[lang if lang in TEXT else "en"]["short"].format(sig=sig)
+    return TEXT[_spoken(lang)]["short"].format(sig=sig)
+
+
+def _spoken(lang: str) -> str:
+    """The report's language, English for one the lab does not speak: a crash report never fails itself."""
+    return lang if lang in TEXT else "en"
