@@ -75,6 +75,13 @@ def test_with_no_deadline_and_no_cap_there_is_nothing_to_wake_for():
     assert math.isinf(deadline.next_wake(progress()))
 
 
+def test_a_need_not_met_is_waited_for_tick_by_tick_not_at_a_deadline_already_gone():
+    """Waking at the passed timeout would make every sleep zero: the harness would spin on a core."""
+    deadline = Deadline(T0, 5.0, "launch", {"tool_calls": 1}, 40.0)
+    assert deadline.next_wake(progress()) == T0 + 40.0
+    assert deadline.next_wake(progress(tool_calls=1)) == T0 + 5.0
+
+
 def test_a_need_not_met_keeps_the_run_going_past_the_timeout_and_the_kill_is_due_when_it_is_met():
     deadline = Deadline(T0, 5.0, "launch", {"tool_calls": 1}, None)
     idle = progress()

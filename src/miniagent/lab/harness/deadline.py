@@ -46,8 +46,12 @@ class Deadline:
         return self.base
 
     def next_wake(self, progress: Progress) -> float:
-        """The earliest moment the kill can fall due (for the sleep between ticks)."""
-        times = [t for t in (self.plain(progress),) if t is not None]
+        """The earliest moment the kill can fall due (for the sleep between ticks).
+
+        While the needs are not met the timeout is no such moment, even once passed: they can only be met by
+        events the next tick reads, and waking at a deadline already gone would spin the harness on a core.
+        """
+        times = [t for t in (self.plain(progress),) if t is not None and self.met(progress)]
         if self.hard_cap is not None:
             times.append(self.started + self.hard_cap)
         return min(times) if times else float("inf")
