@@ -85,7 +85,6 @@ class ServerRuntime:
         self.server = server
         self.model_path = path
         self.n_ctx = n_ctx
-        self.bos = self.model.token_bos()
         self.tokens: list[int] = []
         self.evaluated = 0
         self.deadline: float | None = None
@@ -102,7 +101,9 @@ class ServerRuntime:
         return repr(("openai", self.server.base_url, self.server.model, self.server_models))
 
     def _text(self, tokens: list[int]) -> str:
-        return self.vocab.detokenize(tokens[1:] if tokens[:1] == [self.bos] else tokens)
+        """The prompt as the server reads it: text, without our BOS (detokenized without special tokens; the
+        server adds its own)."""
+        return self.vocab.detokenize(tokens)
 
     def sync(self, prompt: list[int]) -> None:
         common = common_prefix(self.tokens, prompt)
@@ -278,15 +279,15 @@ class OpenAIBackend:
         self.rt.close()
 
     # --- greedy: the chat endpoint and the server's JSON mode ---------------------------------
-    def _format(self, kind: str, first_turn: bool, may_answer: bool | None, final: bool = False,
-                grounds: Grounds | None = None) -> dict:
+    def _format(self, kind: str, first_turn: bool, may_answer: bool | None, final: bool,
+                grounds: Grounds | None) -> dict:
         schema = schema_for_turn(first_turn, may_answer, final, grounds)
         if kind == "json_object":
             return {"type": "json_object", "schema": schema}
         return {"type": "json_schema", "json_schema": {"name": "next_action", "schema": schema, "strict": True}}
 
     def _chat_action(self, scratchpad: list[Entry], first_turn: bool, may_answer: bool | None, partial: str,
-                     timeout_s: float | None, final: bool = False, grounds: Grounds | None = None) -> ModelReply:
+                     timeout_s: float | None, final: bool, grounds: Grounds | None) -> ModelReply:
         user = render(scratchpad) + "What is the next action (A:)?"
         if partial:
             user += f"\nYour reply was cut off after: {partial}\nWrite only the rest of it."
