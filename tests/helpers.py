@@ -171,3 +171,19 @@ def returns_within(seconds: float, call, *args, **kwargs):
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+class SleepingClock:
+    """time.monotonic and time.sleep for the code under test: time moves only when that code sleeps (or a test
+    moves ``now``); every sleep is kept."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds

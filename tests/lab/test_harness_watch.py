@@ -16,26 +16,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import SleepingClock
 
 from miniagent.lab.harness import crash, run
 from miniagent.lab.harness.deadline import Deadline
 from miniagent.lab.harness.record import RunRecord
 from miniagent.processes import usable_cores
-
-
-class Clock:
-    """time.monotonic and time.sleep for the harness: time moves only when the harness sleeps (or a test says)."""
-
-    def __init__(self) -> None:
-        self.now = 1024.0  # every tick below is a power of two: sums stay exact
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 class Agent:
@@ -102,8 +88,8 @@ class Machine:
 
 
 @pytest.fixture
-def clock(monkeypatch) -> Clock:
-    fake = Clock()
+def clock(monkeypatch) -> SleepingClock:
+    fake = SleepingClock(1024.0)  # every tick below is a power of two: sums stay exact
     monkeypatch.setattr(run, "time", fake)
     monkeypatch.setattr(run, "MachineLoad", Machine)
     monkeypatch.setattr(run, "TICK", 0.25)
@@ -543,8 +529,7 @@ def test_a_run_past_its_timeout_is_killed_after_the_grace_and_its_survivors_sett
 def test_by_default_the_harness_samples_kills_and_settles_as_the_breaks_page_says(tmp_path, monkeypatch):
     """"every 0.2 s" and "a second to exit" (docs/breaks/index.md and its Spanish twin); SIGTERM, then SIGKILL
     0.3 s later. The whole run on stand-ins (the agent, its tree, the clock), so the figures are exact."""
-    fake, asked = Clock(), {}
-    fake.now = 1000.0
+    fake, asked = SleepingClock(), {}
     agent = Agent(polls=2**20)
     agent.pid = 4242
 

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
+from helpers import SleepingClock
 
 from miniagent.lab.harness import process_tree, run
 from miniagent.lab.harness.process_tree import MachineLoad, TreeSampler, kill_all, stop_agent
@@ -23,24 +24,9 @@ from miniagent.lab.harness.process_tree import MachineLoad, TreeSampler, kill_al
 MB = 2**20
 
 
-class Clock:
-    """time.monotonic and time.sleep for one test: time moves only when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
 @pytest.fixture
-def clock(monkeypatch) -> Clock:
-    fake = Clock()
+def clock(monkeypatch) -> SleepingClock:
+    fake = SleepingClock()
     monkeypatch.setattr(process_tree, "time", fake)
     return fake
 
@@ -50,7 +36,7 @@ class Proc:
 
     def __init__(self, pid: int, *, cpu: float = 0.0, rss: int = 0, zombie: bool = False, gone: bool = False,
                  line: str = "python -m miniagent ask", group: int | None = None, dies_at: float | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: SleepingClock | None = None) -> None:
         self.pid, self.cpu, self.rss, self.zombie, self.gone, self.line = pid, cpu, rss, zombie, gone, line
         self.group, self.dies_at, self.clock = group, dies_at, clock
         self.killed = False
