@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         needs = {key: int(n) for key, _, n in (item.partition("=") for item in args.needs)}
     except ValueError:
         parser.error("--needs takes COUNTER=N, e.g. tool_calls=1")
+    unknown = sorted(set(needs) - set(NEEDS_KEYS))
+    if unknown:  # refused here, with the command line's words, not as a traceback from the run
+        parser.error(f"--needs: unknown counter(s) {', '.join(unknown)}; use {', '.join(NEEDS_KEYS)}")
     clock = args.clock or ("loop" if is_miniagent(command) else "launch")  # others write no trace
     record = run_experiment(command, timeout=args.timeout, trace_path=Path(args.trace), live=not args.no_live,
                             clock=clock, needs=needs, hard_cap=args.hard_cap)
