@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .deadline import NEEDS_KEYS
+from .deadline import NEEDS_KEYS, unknown_counters
 from .charts import save_record
 from .record import crash_note, deadline_note, machine_note, summary
 from .run import is_miniagent, run_experiment
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         needs = {key: int(n) for key, _, n in (item.partition("=") for item in args.needs)}
     except ValueError:
         parser.error("--needs takes COUNTER=N, e.g. tool_calls=1")
-    unknown = sorted(set(needs) - set(NEEDS_KEYS))
+    unknown = unknown_counters(needs)
     if unknown:  # refused here, with the command line's words, not as a traceback from the run
         parser.error(f"--needs: unknown counter(s) {', '.join(unknown)}; use {', '.join(NEEDS_KEYS)}")
     clock = args.clock or ("loop" if is_miniagent(command) else "launch")  # others write no trace

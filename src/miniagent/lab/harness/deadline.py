@@ -9,6 +9,11 @@ HARD_CAP_MIN = 60.0
 NEEDS_KEYS = ("turns", "tool_calls", "tool_errors")
 
 
+def unknown_counters(needs: dict[str, int]) -> list[str]:
+    """The counters of ``needs`` the trace does not count, sorted (the deadline and the command line refuse them)."""
+    return sorted(set(needs) - set(NEEDS_KEYS))
+
+
 class Deadline:
     """When the run may be killed: ``timeout`` after the clock starts, once ``needs`` are met, never after the cap.
 
@@ -24,9 +29,9 @@ class Deadline:
                  hard_cap: float | None) -> None:
         if clock not in ("launch", "loop"):
             raise ValueError(f"clock must be 'launch' or 'loop', not {clock!r}")
-        unknown = set(needs) - set(NEEDS_KEYS)
+        unknown = unknown_counters(needs)
         if unknown:
-            raise ValueError(f"needs: unknown counter(s) {sorted(unknown)}; use {', '.join(NEEDS_KEYS)}")
+            raise ValueError(f"needs: unknown counter(s) {unknown}; use {', '.join(NEEDS_KEYS)}")
         self.started, self.timeout, self.clock, self.needs = started, timeout, clock, dict(needs)
         if hard_cap is None and (clock == "loop" or needs):
             hard_cap = max(HARD_CAP_MIN, 3 * timeout)
