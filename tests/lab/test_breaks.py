@@ -153,6 +153,7 @@ def test_exp_reads_the_prediction_and_appends_the_observation():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.serial  # it asserts a CPU figure: beside another test it got 40 % where 49 % were due (one core busy)
 def test_exp_runs_a_sandbox_and_leaves_the_learners_tree_alone():
     before = {p: p.read_bytes() for p in sorted((ROOT / "src").rglob("*.py"))}
     proc = subprocess.run([sys.executable, "-m", "invoke", "exp", "--variant", "no-cap", "--llm", "scripted:wanderer",
