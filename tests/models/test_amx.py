@@ -177,6 +177,22 @@ def test_ask_prints_the_startup_line_with_the_choice_and_the_buffers():
     assert proc.stdout.strip() == "she went"
 
 
+@pytest.mark.real_model
+@pytest.mark.skipif(not cpu_reports_amx(), reason="this CPU does not report AMX: the stand-in tests above cover auto here")
+def test_on_a_cpu_that_reports_amx_the_default_leaves_the_amx_path_out_and_answers():
+    """The real thing, where the machine has it: with every setting at its default, this CPU's llama.cpp gets no
+    extra buffer type and the tutor answers (with the AMX path on, the same question died of SIGSEGV in its
+    first decode here: docs/labs/02-mcp-server.md, step 7)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
+    proc = subprocess.run([sys.executable, "-m", "miniagent", "ask", "What is the past simple of go for she?"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("[miniagent] llama.cpp threads: ")]
+    assert "AMX path: off (auto: this CPU reports AMX" in line, line
+    assert not any(name in line.split("weights in ")[1] for name in EXTRA_BUFFERS), line
+    assert proc.stdout.strip() == "she went"
+
+
 def test_the_model_servers_take_the_setting_from_every_layer(tmp_path):
     """Both servers a teacher can start (the lab's and llama-cpp-python's) choose with ``amx_from_layers``."""
     from miniagent.models.llama_server import amx_from_layers
