@@ -117,16 +117,22 @@ def test_a_call_unanswered_in_time_is_a_timeout_that_abandons_the_request_and_ma
 
 def test_the_time_a_restart_took_comes_off_the_calls_own_time_and_the_call_says_the_time_it_was_given(wired,
                                                                                                        monkeypatch):
-    waited = []
+    waited, running, abandoned = [], threading.Event(), threading.Event()
+
+    async def request() -> None:
+        running.set()
+        await unanswered(abandoned)
 
     def wait_result(future, timeout):
         waited.append(timeout)
+        running.wait(BOUND)  # cancelled once under way: a request cancelled before it ran is a coroutine never awaited
         raise TimeoutError
 
     monkeypatch.setattr(wired.client, "_reconnect_if_broken", lambda limit: threading.Event().wait(0.3))
     monkeypatch.setattr(mcp_client, "wait_result", wait_result)
     with pytest.raises(ToolTimeout) as timed_out:
-        wired.client._submit(lambda session: never(), "conjugate", 0.5)
+        wired.client._submit(lambda session: request(), "conjugate", 0.5)
+    assert abandoned.wait(BOUND), "the request was not cancelled"
     assert str(timed_out.value) == "conjugate: no answer within 0.5 s"
     assert waited and waited[0] <= 0.2
 
