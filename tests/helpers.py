@@ -145,9 +145,10 @@ class LineWatch:
         assert self.event.wait(timeout), f"no line with {self.needle!r}; got:\n{''.join(self.lines)}"
 
 
-def returns_within(seconds: float, call, *args, **kwargs):
+def returns_within(seconds: float, call, *args, what: str | None = None, **kwargs):
     """``call(*args, **kwargs)``'s result (or its exception), or a failed test when it is not back within
-    ``seconds``: a test about a wait that must end fails at its own bound, not at pytest's timeout.
+    ``seconds``: a test about a wait that must end fails at its own bound, not at pytest's timeout. ``what`` names
+    the call in that failure (default: the function's name).
 
     The call runs in a daemon thread; a call that never returns is abandoned there (the test's clean-up, e.g.
     closing the client, is what frees it)."""
@@ -167,7 +168,7 @@ def returns_within(seconds: float, call, *args, **kwargs):
     if worker.is_alive():
         import pytest
 
-        pytest.fail(f"{getattr(call, '__name__', call)} did not return within {seconds:g} s: it waits for ever")
+        pytest.fail(f"{what or getattr(call, '__name__', call)} did not return within {seconds:g} s: it waits for ever")
     if "error" in box:
         raise box["error"]
     return box["value"]

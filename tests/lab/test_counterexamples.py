@@ -50,6 +50,14 @@ def test_every_break_names_a_property_test_with_two_language_titles():
             file, name = test.split("::")
             title = ce.titles(root / file)[name]
             assert title["en"] != title["es"], f"{test} has no Spanish line in its docstring"
+            assert all(t.endswith(".") for t in title.values()), f"{test}: a title cut off mid-sentence: {title}"
+
+
+def test_a_spanish_title_is_its_whole_paragraph(tmp_path):
+    source = tmp_path / "test_x.py"
+    source.write_text('def test_x():\n    """Every call returns.\n\n    (es) Toda llamada vuelve,\n'
+                      '    aunque tarde.\n\n    More words.\n    """\n', encoding="utf-8")
+    assert ce.titles(source) == {"test_x": {"en": "Every call returns.", "es": "Toda llamada vuelve, aunque tarde."}}
 
 
 def test_survivors_are_explained_by_name_or_by_pattern(tmp_path):

@@ -47,7 +47,8 @@ def test_a_tool_call_returns_within_its_timeout_whatever_the_server_does(sequenc
         for verb, timeout in sequence:
             started = time.monotonic()
             try:  # a call that never returns fails the test at timeout + GRACE_S, not pytest's timeout
-                outcome = returns_within(timeout + GRACE_S, client.call, "conjugate", ARGS[verb], timeout=timeout)
+                outcome = returns_within(timeout + GRACE_S, client.call, "conjugate", ARGS[verb], timeout=timeout,
+                                         what=f"conjugate({verb})")
             except (ToolError, ToolTimeout) as err:
                 outcome = err
             assert time.monotonic() - started <= timeout + GRACE_S

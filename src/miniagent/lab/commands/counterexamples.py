@@ -44,13 +44,15 @@ def property_tests(brk: Break) -> list[str]:
 
 
 def titles(test_file: Path) -> dict[str, dict[str, str]]:
-    """Each test's docstring: its first line in English, a line starting "(es)" in Spanish."""
+    """Each test's docstring: its first line in English, the paragraph starting "(es)" in Spanish (all its lines)."""
     out = {}
     for node in ast.parse(test_file.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-            lines = [line.strip() for line in (ast.get_docstring(node) or node.name).splitlines() if line.strip()]
-            es = next((line[4:].strip() for line in lines if line.startswith("(es)")), lines[0])
-            out[node.name] = {"en": lines[0], "es": es}
+            paragraphs = [" ".join(line.strip() for line in block.splitlines())
+                          for block in (ast.get_docstring(node) or node.name).split("\n\n") if block.strip()]
+            first = (ast.get_docstring(node) or node.name).strip().splitlines()[0].strip()
+            es = next((p[4:].strip() for p in paragraphs if p.startswith("(es)")), first)
+            out[node.name] = {"en": first, "es": es}
     return out
 
 
