@@ -48,11 +48,10 @@ def titles(test_file: Path) -> dict[str, dict[str, str]]:
     out = {}
     for node in ast.parse(test_file.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-            paragraphs = [" ".join(line.strip() for line in block.splitlines())
-                          for block in (ast.get_docstring(node) or node.name).split("\n\n") if block.strip()]
-            first = (ast.get_docstring(node) or node.name).strip().splitlines()[0].strip()
-            es = next((p[4:].strip() for p in paragraphs if p.startswith("(es)")), first)
-            out[node.name] = {"en": first, "es": es}
+            doc = ast.get_docstring(node) or node.name
+            paragraphs = [" ".join(line.strip() for line in block.splitlines()) for block in doc.split("\n\n")]
+            first = doc.splitlines()[0].strip()
+            out[node.name] = {"en": first, "es": next((p[4:].strip() for p in paragraphs if p.startswith("(es)")), first)}
     return out
 
 
