@@ -147,9 +147,9 @@ def test_write_makes_both_pages_of_every_chosen_break_and_says_what_failed(tmp_p
         2026, 11, 27))}))
     clock = iter([10.0, 12.6])
     monkeypatch.setattr(ce.time, "monotonic", lambda: next(clock))
-    written = ce.write(tmp_path / "results", only="no-cap")
-    assert written == [tmp_path / "results" / "00-no-cap-counterexample.md",
-                       tmp_path / "results" / "00-no-cap-counterexample.es.md"]
+    written = ce.write(tmp_path / "docs" / "results", only="no-cap")
+    assert written == [tmp_path / "docs" / "results" / "00-no-cap-counterexample.md",
+                       tmp_path / "docs" / "results" / "00-no-cap-counterexample.es.md"]
     assert written[0].read_text(encoding="utf-8") == ce.render(found, "en", "2026-11-27, 3 s")
     assert written[1].read_text(encoding="utf-8") == ce.render(found, "es", "2026-11-27, 3 s")
     assert capsys.readouterr().out == "00-no-cap: test_x\n"
@@ -175,5 +175,14 @@ def test_the_page_says_when_no_property_fails_or_a_test_failed_outside_a_world()
 def test_a_numbered_world_stays_a_numbered_list():
     world = {"en": "1. The model calls conjugate.\n2. The server hangs.\nEvery call times out.", "es": "x"}
     page = ce.render([ce.Counterexample("t.py::test_z", {"en": "Z.", "es": "Z."}, world, "boom")], "en", "now")
-    assert page.splitlines()[4:9] == ["    1. The model calls conjugate.", "    2. The server hangs.",
-                                      "- Every call times out.", "", ce.TEXT["en"]["error"].format(error="boom")]
+    assert page.split("\n")[4:] == ["    1. The model calls conjugate.", "    2. The server hangs.",
+                                     "- Every call times out.", "", ce.TEXT["en"]["error"].format(error="boom"), ""]
+    assert page.split("\n")[2] == ce.TEXT["en"]["fails"].format(title="Z.", test="test_z")
+
+
+def test_a_title_without_a_spanish_paragraph_is_the_english_one_in_both(tmp_path):
+    source = tmp_path / "test_t.py"
+    source.write_text('def test_x():\n    """Every call returns.\n\n    More words."""\n\n\n'
+                      'def test_y():\n    """Every run ends.\n\n    (es)Toda ejecución acaba."""\n', encoding="utf-8")
+    assert ce.titles(source) == {"test_x": {"en": "Every call returns.", "es": "Every call returns."},
+                                 "test_y": {"en": "Every run ends.", "es": "Toda ejecución acaba."}}

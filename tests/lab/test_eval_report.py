@@ -122,6 +122,12 @@ def test_figures_are_rounded_as_the_report_says(stand_in):
     assert (report["startup_s"], report["total_s"]) == (0.123, 4.204)
 
 
+def test_p95_is_the_95th_percentile_of_the_runs_not_the_slowest(stand_in):
+    stand_in(*(outcome("x", seconds=float(s)) for s in range(1, 22)))
+    report = run_eval([ITEMS[0]] * 21, Settings())
+    assert (report["latency_p50_s"], report["latency_p95_s"]) == (11.0, 20.0)
+
+
 def test_the_eval_quiets_the_agents_log_to_warnings(stand_in):
     stand_in(outcome("she went"))
     logging.getLogger("miniagent").setLevel(logging.DEBUG)
@@ -169,6 +175,7 @@ def test_the_printed_report_has_a_row_per_question_and_the_figures_below(capsys,
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out if line.count("│") == 8]
     assert rows == [["1", "Q one?", "she went / he went", "she went", "yes", "answered", "1.23"],
                     ["2", "Q two?", "I ate", "", "no", "max_turns", "2.50"]]
+    assert not any(line.startswith("├") for line in out), "a line between the rows"
     header = [line for line in out if "┃" in line][0]
     assert [cell.strip() for cell in header.split("┃")[1:-1]] == ["#", "question", "accepted", "answer", "ok", "stop",
                                                                   "s"]
@@ -190,10 +197,12 @@ def test_the_printed_report_colours_yes_and_no(monkeypatch):
 
 def test_a_long_answer_folds_in_its_column_and_is_not_cut(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "60")
-    long = "she went " + "very " * 20 + "far"
+    long = "she_went_" + "very_" * 20 + "far"  # one word: wrapping alone would cut it
     print_report(a_report(items=[{**a_report()["items"][0], "answer": long}]))
     out = capsys.readouterr().out
     assert "far" in out and "…" not in out
+    cells = [line.split("│")[4].strip() for line in out.splitlines() if line.count("│") == 8]
+    assert "".join(cells) == long
 
 
 def args(**given) -> argparse.Namespace:

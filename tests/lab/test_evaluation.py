@@ -144,3 +144,41 @@ def test_eval_writes_every_runs_events_to_the_trace_it_is_given(tmp_path):
     events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
     assert [e["event"] for e in events].count("run_start") == 3
     assert [e["stop_reason"] for e in events if e["event"] == "stop"] == ["answered"] * 3
+
+
+@pytest.mark.parametrize(("answer", "accept", "right"), [
+    ("'she' \u201cwent\u201d", ["she went"], True),              # quotes around each word
+    ("Tense: past simple: she went", ["she went"], True),     # the last lead-in is skipped, however many
+    ("Past simple: she went: he went", ["she went"], False),  # what follows the last colon is judged
+    ("she went", ["SHE WENT."], True),
+])
+def test_the_scorer_reads_quotes_and_lead_ins_as_a_user_would(answer, accept, right):
+    assert is_correct(answer, accept) is right
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('["she went"]', "a line must be a JSON object"),
+    ('{"question": "Past simple of go for she?", "expected": "went"}',
+     '"expected" is the old format: list whole answers, subject included, under "accept"'),
+    ('{"question": "Past simple of go for she?"}', '"accept" must be a non-empty list of strings'),
+    ('{"question": "  ", "accept": ["she went"]}', '"question" must be a non-empty string'),
+    ('{"question": "Q?", "accept": ["she went"], "label": "go"}',
+     '"label" must be an object {"verb": ..., "tense": ..., "person": ...}'),
+    ('{"question": "Q?", "accept": ["she went"], "note": 1, "extra": 2}', "unknown keys ['extra', 'note']"),
+    ('{"question": "Q?", "accept": ["went"]}',
+     "accepted answer 'went' has no subject: write it whole, e.g. \"she went\""),
+])
+def test_each_bad_line_says_exactly_what_is_wrong_where_and_how_a_line_looks(tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n", encoding="utf-8")
+    with pytest.raises(EvalSetError) as err:
+        load_eval_set(path)
+    assert str(err.value) == (f'{path}:1: {message}; each line is '
+                              '{"question": "...", "accept": ["she went", ...]}')
+
+
+def test_a_blank_line_between_items_is_skipped_not_the_end(tmp_path):
+    path = tmp_path / "set.jsonl"
+    path.write_text('{"question": "A?", "accept": ["I went"]}\n\n   \n{"question": "B?", "accept": ["we went"]}\n',
+                    encoding="utf-8")
+    assert [item.question for item in load_eval_set(path)] == ["A?", "B?"]

@@ -247,3 +247,70 @@ def test_watch_refuses_a_damaged_progress_file_before_it_starts(shown, source, w
     with pytest.raises(StateError):
         exercises.watch_tree("no-dedup", learner)
     assert calls == []
+
+
+# --- a second look, after mutation testing -----------------------------------------------------------------
+
+def old_notebook(learner: str) -> Path:
+    path = ROOT / "learners" / learner / "phase-32" / "notes" / "breaks.md"
+    path.parent.mkdir(parents=True)
+    path.write_text("# mine\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("command", ["break_tree", "fix_tree", "reset_tree", "watch_tree"])
+def test_every_command_moves_an_old_notebook_first_and_says_so_plainly(shown, source, watcher, learner, command):
+    old = old_notebook(learner)
+    getattr(exercises, command)("no-dedup", learner)
+    moved = f"Your notebook moved, byte for byte, from {old.relative_to(ROOT)} to learners/{learner}/notebook.md."
+    assert plain(shown)[0] == moved and styled(shown)[0] == moved, "the line is painted or cut"
+    assert not old.exists()
+
+
+def test_reset_and_watch_remember_a_first_language_given_with_the_learner(shown, source, watcher, learner):
+    calls, _ = watcher
+    source.reset = ResetResult("intact")
+    exercises.reset_tree("no-dedup", learner, "es")
+    assert plain(shown)[-1] == exercises.TEXT["es"]["intact"].format(id="03-no-dedup", files="")
+    assert progress.load(ROOT, learner)["lang"] == "es"
+    exercises.watch_tree("no-dedup", learner)
+    exercises.watch_tree("no-dedup", learner, "en")  # a later --lang is for this once
+    exercises.watch_tree("no-dedup")
+    assert [call["lang"] for call in calls] == ["es", "en", "en"]
+
+
+def test_a_hints_own_brackets_and_numbers_are_printed_as_they_are(shown, learner, monkeypatch):
+    import dataclasses
+
+    hints = ["Look at [bold]line 3[/bold].", "Then 2 [x].", "Last [y] 1."]
+    stand_in = dataclasses.replace(find("no-cap"), hints={"en": hints, "es": hints})
+    monkeypatch.setattr(exercises, "find", lambda variant: stand_in)
+    for _ in range(4):
+        exercises.hint("no-cap", learner)
+    lines = styled(shown)
+    assert "  Look at [bold]line 3[/bold]." in lines and "  Then 2 [x]." in lines
+    assert lines[-3:] == [f"  {i}. {text}" for i, text in enumerate(hints, 1)]
+
+
+def test_the_notebook_keeps_its_first_language_and_says_so_plainly(shown, learner):
+    progress.learner_lang(ROOT, learner, "es")
+    assert exercises.notebook_lang(learner, "en") == "es"
+    line = (f"Your notebook is in 'es'; it stays so (the lab does not rewrite it). To change, edit "
+            f"learners/{learner}/progress.json.")
+    assert plain(shown) == [line] and styled(shown) == [line]
+
+
+def test_a_report_is_in_the_remembered_learners_language_else_english(monkeypatch, learner):
+    progress.learner_lang(ROOT, learner, "es")
+    assert exercises.report_lang(learner) == "es"
+    monkeypatch.setattr(progress, "resolve_learner", lambda root, name, required: learner if required is False
+                        else pytest.fail("a report must not require a learner"))
+    assert exercises.report_lang() == "es"
+    monkeypatch.setattr(progress, "resolve_learner", lambda root, name, required: None)
+    assert exercises.report_lang() == "en"
+
+    def unreadable(root, name, required):
+        raise StateError("bad progress file")
+
+    monkeypatch.setattr(progress, "resolve_learner", unreadable)
+    assert exercises.report_lang() == "en"

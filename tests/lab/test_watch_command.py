@@ -91,3 +91,28 @@ def test_a_save_exactly_at_the_debounce_has_settled(monkeypatch):
     changes.saw(str(Path("a") / "b.py"))
     clock.now += 0.5
     assert changes.settled(0.5) == "b.py"
+
+
+def test_the_guard_tests_run_against_the_learners_source_and_their_failures_are_named(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+
+    seen = {}
+
+    def run(command, *, cwd, capture_output, text, env):
+        seen.update(command=command, cwd=cwd, env=env)
+        return subprocess.CompletedProcess(command, seen.get("code", 1), stdout=seen.get("out", ""),
+                                           stderr=seen.get("err", ""))
+
+    monkeypatch.setattr(watch.subprocess, "run", run)
+    seen["out"] = ("FAILED tests/agent/test_guards.py::test_a - assert 1\nERROR tests/agent/test_b.py::test_b\n"
+                   "========= 1 failed, 1 error in 0.12s =========\n")
+    assert watch.run_tests(["tests/agent/test_guards.py::test_a"], tmp_path) == (
+        False, "1 failed, 1 error in 0.12s", ["tests/agent/test_guards.py::test_a", "tests/agent/test_b.py::test_b"])
+    assert seen["command"] == [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout", "60",
+                               "tests/agent/test_guards.py::test_a"]
+    assert seen["cwd"] == tmp_path and seen["env"]["PYTHONPATH"] == str(tmp_path / "src")
+    seen.update(code=0, out="", err="ImportError: no module\nERROR: could not import\n")
+    assert watch.run_tests([], tmp_path) == (True, "ERROR: could not import", [])
+    seen.update(err="")
+    assert watch.run_tests([], tmp_path) == (True, "no output", [])

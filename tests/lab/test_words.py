@@ -171,6 +171,7 @@ def test_a_figure_is_written_as_each_language_writes_it():
     assert (number(2.5, "en"), number(2.5, "es")) == ("2.5", "2,5")
     assert (number(3.14159, "es", ".2f"), number(12, "es", ".1f"), number(7, "es")) == ("3,14", "12,0", "7")
     assert number(None, "es") == number(None, "en") == "?"  # a figure the system did not give
+    assert (number(0.00001, "en"), number(0.00001, "es")) == ("1e-05", "1e-05")  # Python's own small figures
 
 
 def test_the_spanish_class_table_writes_decimal_commas_the_english_one_points():
@@ -197,3 +198,11 @@ def test_every_class_table_in_the_docs_is_what_its_report_draws():
         report = json.loads(path.read_text(encoding="utf-8"))
         for lang, suffix in (("en", ".md"), ("es", ".es.md")):
             assert path.with_suffix(suffix).read_text(encoding="utf-8") == classload.markdown(report, lang), path
+
+
+def test_a_section_holds_each_languages_own_words():
+    from miniagent.lab.words import LANGS, section, words
+
+    report = section("report")
+    assert set(report) == set(LANGS) and all(report[lang] == words(lang)["report"] for lang in LANGS)
+    assert report["es"] != report["en"]
