@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,18 @@ def test_find_runs_the_breaks_property_tests_against_the_broken_copy_and_removes
         ce.Counterexample(brk.tests[2],
                           titles["test_forced_discovery_calls_are_counted_apart_and_follow_every_breaker_trip"],
                           WORLD, "AssertionError: assert ['model_action'] == ['failure_breaker']")]
+
+
+def test_find_copies_the_source_of_the_root_it_is_given(pytest_run, tmp_path):
+    root = tmp_path / "lab"
+    for folder in ("src", "tests", "breaks"):
+        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    (root / "pyproject.toml").write_text("# this lab's own\n", encoding="utf-8")
+    loop = root / "src/miniagent/agent/loop.py"
+    loop.write_text(loop.read_text(encoding="utf-8") + "# this lab's own\n", encoding="utf-8")
+    ce.find(find_break("no-cap", root), root)
+    assert pytest_run["loop"].endswith("# this lab's own\n") and pytest_run["pyproject"] == "# this lab's own\n"
 
 
 def test_a_failing_test_without_a_docstring_title_is_named_by_itself(pytest_run):

