@@ -140,6 +140,16 @@ def test_find_copies_the_source_of_the_root_it_is_given(pytest_run, tmp_path):
     assert pytest_run["loop"].endswith("# this lab's own\n") and pytest_run["pyproject"] == "# this lab's own\n"
 
 
+def test_write_finds_the_breaks_of_the_root_it_is_given(tmp_path, monkeypatch):
+    root = tmp_path / "lab"
+    shutil.copytree(ROOT / "breaks", root / "breaks")
+    seen = []
+    monkeypatch.setattr(ce, "find", lambda brk, given_root: seen.append((brk.patch, given_root)) or [])
+    ce.write(tmp_path / "out", only="no-cap", root=root)
+    ce.write(tmp_path / "out", root=root)
+    assert all(patch.is_relative_to(root) and given == root for patch, given in seen) and len(seen) == 17
+
+
 def test_a_failing_test_without_a_docstring_title_is_named_by_itself(pytest_run):
     pytest_run["output"] = "_____ test_not_in_the_file _____\nE   AssertionError: no\n"
     brk = dataclasses.replace(find_break("no-cap"), tests=["tests/agent/test_properties.py::test_not_in_the_file"])

@@ -165,6 +165,7 @@ def test_the_scorer_reads_quotes_and_lead_ins_as_a_user_would(answer, accept, ri
     ('{"question": "Q?", "accept": ["she went"], "label": "go"}',
      '"label" must be an object {"verb": ..., "tense": ..., "person": ...}'),
     ('{"question": "Q?", "accept": ["she went"], "note": 1, "extra": 2}', "unknown keys ['extra', 'note']"),
+    ('{"question": "Q?", "accept": ["she went"], "expected": "went"}', "unknown keys ['expected']"),
     ('{"question": "Q?", "accept": ["went"]}',
      "accepted answer 'went' has no subject: write it whole, e.g. \"she went\""),
 ])
