@@ -105,3 +105,31 @@ def test_a_loop_that_started_at_the_axis_end_is_still_marked_and_one_after_it_is
 def test_a_record_is_saved_in_a_folder_made_for_it(tmp_path):
     json_path, svg_path = charts.save_record(record(started_at="2026-11-27T01:02:03"), tmp_path / "runs" / "00")
     assert json_path == tmp_path / "runs" / "00" / "20261127T010203-answer.json" and svg_path.is_file()
+
+
+def test_a_second_and_third_run_of_the_same_second_get_their_own_files(tmp_path):
+    rec = record(started_at="2026-11-27T01:02:03")
+    saved = [charts.save_record(rec, tmp_path)[0].name for _ in range(3)]
+    assert saved == ["20261127T010203-answer.json", "20261127T010203-answer-2.json", "20261127T010203-answer-3.json"]
+    assert sorted(p.name for p in tmp_path.glob("*.svg")) == sorted(name.replace(".json", ".svg") for name in saved)
+
+
+def test_a_record_without_its_start_time_is_named_by_the_time_it_is_saved(tmp_path, monkeypatch):
+    import datetime as dt
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 11, 27, 1, 2, 3, 456789)
+
+    monkeypatch.setattr(charts, "datetime", Frozen)
+    json_path, _ = charts.save_record(record(started_at=""), tmp_path)
+    assert json_path.name == "20261127T010203-answer.json"
+    assert json_path.read_text(encoding="utf-8") == record(started_at="").to_json()
+
+
+def test_the_chart_carries_the_title_it_is_given_else_the_runs_start(tmp_path):
+    _, svg = charts.save_record(record(started_at="2026-11-27T01:02:03"), tmp_path, title="03-no-dedup — llama")
+    assert ">03-no-dedup — llama</text>" in svg.read_text(encoding="utf-8")
+    _, svg = charts.save_record(record(started_at="2026-11-27T01:02:03"), tmp_path)
+    assert ">miniagent run 2026-11-27T01:02:03</text>" in svg.read_text(encoding="utf-8")

@@ -164,7 +164,8 @@ def test_a_break_without_property_tests_runs_nothing(pytest_run):
 
 def test_write_makes_both_pages_of_every_chosen_break_and_says_what_failed(tmp_path, monkeypatch, capsys):
     found = [ce.Counterexample("tests/agent/test_properties.py::test_x", {"en": "It holds.", "es": "Se cumple."},
-                               WORLD, "")]
+                               WORLD, ""),
+             ce.Counterexample("tests/agent/test_properties.py::test_y", {"en": "Y.", "es": "Y."}, None, "")]
     monkeypatch.setattr(ce, "find", lambda brk, root: found if brk.id == "00-no-cap" else [])
     monkeypatch.setattr(ce, "datetime", type("D", (), {"now": staticmethod(lambda: __import__("datetime").datetime(
         2026, 11, 27))}))
@@ -175,7 +176,7 @@ def test_write_makes_both_pages_of_every_chosen_break_and_says_what_failed(tmp_p
                        tmp_path / "docs" / "results" / "00-no-cap-counterexample.es.md"]
     assert written[0].read_text(encoding="utf-8") == ce.render(found, "en", "2026-11-27, 3 s")
     assert written[1].read_text(encoding="utf-8") == ce.render(found, "es", "2026-11-27, 3 s")
-    assert capsys.readouterr().out == "00-no-cap: test_x\n"
+    assert capsys.readouterr().out == "00-no-cap: test_x; test_y\n"
 
 
 def test_write_without_a_choice_writes_every_break(tmp_path, monkeypatch, capsys):

@@ -115,6 +115,19 @@ def test_a_read_only_cache_checks_every_time_and_leaves_no_temp_file(package, mo
     assert fake.assembled == 2 and sorted(p.name for p in target.parent.iterdir()) == ["model.gguf"]
 
 
+@pytest.mark.real_model
+def test_the_weights_say_where_they_came_from_and_load_quietly(capfd):
+    from miniagent.models.llama_params import choose_amx
+
+    loaded = load_weights()
+    try:
+        assert loaded.path == llama_runtime.default_model_path() and loaded.amx == choose_amx()
+        assert loaded.buffers and all(mib > 100 for mib in loaded.buffers.values()), loaded.buffers
+        assert capfd.readouterr().err == "", "llama.cpp's log reached stderr"
+    finally:
+        loaded.model.close()
+
+
 def test_a_missing_model_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=f"^model file not found: {tmp_path / 'none.gguf'}$"):
         load_weights(str(tmp_path / "none.gguf"))
@@ -244,6 +257,44 @@ def test_an_options_score_is_its_log_probability_where_the_grammar_leaves_a_choi
 
 
 @pytest.mark.real_model
+def test_a_node_where_the_grammar_leaves_no_choice_costs_no_evaluation(rt):
+    prompt = rt.vocab.tokenize(PROMPT, bos=True)
+    she, he, went = (rt.vocab.tokenize(w)[0] for w in (" she", " he", " went"))
+    rt.sync(prompt)
+    before = rt.evaluated
+    rt.score(prompt, [[she, went], [he, went]])
+    assert rt.evaluated == before, "a node with one allowed token was evaluated"
+    rt.score(prompt, [[she, went], [she, he], [he, went]])
+    assert rt.evaluated == before + 1, "the one branching node after the prompt is one token"
+    rt.score(prompt, [[she, went], [he, went]], renormalise=False)
+    assert rt.evaluated == before + 3, "without renormalising, every node is evaluated"
+
+
+@pytest.mark.real_model
+def test_a_branching_node_deep_in_the_trie_is_scored_at_its_own_position(rt, weights):
+    prompt = rt.vocab.tokenize(PROMPT, bos=True)
+    she, has, went, gone, been = (rt.vocab.tokenize(w)[0] for w in (" she", " has", " went", " gone", " been"))
+    options = [[she, has, gone], [she, has, been]]
+    got = rt.score(prompt, options)
+    expected = [token_logp(weights, prompt, [she, has], t, [gone, been]) for t in (gone, been)]
+    assert np.allclose(got, expected, atol=LOGP_TOLERANCE)
+    assert rt.evaluated == len(prompt) + 2, "the path to the branching node is two tokens"
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("nodes, batches", [(15, 1), (16, 2)])
+def test_up_to_fifteen_branching_nodes_are_scored_in_one_batch(rt, monkeypatch, nodes, batches):
+    prompt = rt.vocab.tokenize(PROMPT, bos=True)
+    firsts = [rt.vocab.tokenize(f" {w}")[0] for w in "abcdefghijklmnop"[:nodes]]
+    yes, no = rt.vocab.tokenize(" yes")[0], rt.vocab.tokenize(" no")[0]
+    calls = []
+    real = rt._eval_paths
+    monkeypatch.setattr(rt, "_eval_paths", lambda paths: calls.append(len(paths)) or real(paths))
+    rt.score(prompt, [[first, answer] for first in firsts for answer in (yes, no)])
+    assert len(calls) == batches and sum(calls) == nodes
+
+
+@pytest.mark.real_model
 def test_without_renormalising_every_token_is_scored_against_the_whole_vocabulary(rt, weights):
     prompt = rt.vocab.tokenize(PROMPT, bos=True)
     she, he, went = (rt.vocab.tokenize(w)[0] for w in (" she", " he", " went"))
@@ -262,6 +313,8 @@ def test_more_branching_options_than_sequences_are_scored_in_several_batches_ali
     options = [[w, t] for w in words for t in (yes, no)]  # 18 branching nodes: more than MAX_SEQUENCES - 1
     assert len(words) > MAX_SEQUENCES - 1
     got = rt.score(prompt, options)
+    again = rt.score(prompt, options)  # the sequences of the first scoring were emptied: the same figures
+    assert np.allclose(again, got, atol=1e-4)
     for (w, t), score in zip(options[:4] + options[-4:], list(got[:4]) + list(got[-4:])):
         expected = token_logp(weights, prompt, [], w, words) + token_logp(weights, prompt, [w], t, [yes, no])
         assert np.isclose(score, expected, atol=LOGP_TOLERANCE), (w, t)
@@ -312,6 +365,19 @@ def test_masked_decoding_takes_the_likeliest_allowed_token_each_step_until_the_q
 
 
 @pytest.mark.real_model
+def test_masked_decoding_ends_at_the_quote_and_gives_the_string_with_its_closing_quote(rt, weights):
+    prompt = rt.vocab.tokenize('{"answer": "She went', bos=True)
+    quote, stop = rt.vocab.tokenize('"')[0], rt.vocab.tokenize(".")[0]
+    allowed = np.zeros(rt.n_vocab, dtype=bool)
+    allowed[stop] = True
+    logits = plain_logits(weights, prompt + [stop])
+    assert logits[quote] > logits[stop], "the model must prefer to close the string here"
+    decoded = rt.decode_masked(prompt, allowed, quote, max_tokens=4)
+    assert decoded == llama_runtime.Decoded('."', [stop, quote], True)
+    assert rt.tokens == prompt + [stop, quote], "the quote is in the cache, fed as the model chose it"
+
+
+@pytest.mark.real_model
 def test_masked_decoding_cut_at_max_tokens_is_not_finished(rt):
     prompt = rt.vocab.tokenize('{"answer": "', bos=True)
     quote = rt.vocab.tokenize('"')[0]
@@ -328,9 +394,19 @@ def test_grammar_decoding_keeps_to_the_grammar_and_stops_when_done(rt):
     decoded = rt.decode_greedy(prompt, 'root ::= " yes" | " no"', max_tokens=5, done=lambda text: False)
     assert decoded.text in (" yes", " no") and decoded.finished is True  # the grammar's end is an end of text
     cut = rt.decode_greedy(prompt, 'root ::= " yes" [a-z]*', max_tokens=1, done=lambda text: False)
-    assert cut.finished is False and len(cut.tokens) == 1
+    assert cut.finished is False and len(cut.tokens) == 1 and cut.text == rt.vocab.detokenize(cut.tokens)
     done = rt.decode_greedy(prompt, 'root ::= " yes" [a-z]*', max_tokens=8, done=lambda text: text.startswith(" yes"))
     assert done.finished is True and done.text.startswith(" yes") and rt.tokens[-len(done.tokens):] == done.tokens
+
+
+@pytest.mark.real_model
+def test_a_grammar_already_complete_ends_at_once_with_nothing_more(rt, capfd):
+    prompt = rt.vocab.tokenize("Say it:", bos=True)
+    emitted = rt.vocab.tokenize(" yes")
+    decoded = rt.decode_greedy(prompt + emitted, 'root ::= " yes"', max_tokens=5, done=lambda t: False,
+                               accept=emitted)
+    assert decoded == llama_runtime.Decoded("", [], True)
+    assert capfd.readouterr().err == "", "the grammar was printed"
 
 
 @pytest.mark.real_model
@@ -357,6 +433,7 @@ def test_the_header_is_saved_once_and_loaded_afterwards_giving_the_same_logits(r
         assert other.evaluated == 1
         assert other.prime(prefix[:-1], tmp_path / "kv") is False, "another header has another file"
         assert len(list((tmp_path / "kv").glob("prefix-*.kv"))) == 2
+        assert other.prime(prefix, tmp_path / "deep" / "er") is False and (tmp_path / "deep" / "er").is_dir()
     finally:
         other.ctx.close()
         other.batch.close()
@@ -374,13 +451,15 @@ def test_a_damaged_or_foreign_cache_file_is_evaluated_again(rt, weights, tmp_pat
 
 
 @pytest.mark.real_model
-def test_a_cache_file_of_other_tokens_is_not_taken_for_this_header(rt, tmp_path):
+def test_a_cache_file_of_other_tokens_is_not_taken_for_this_header(rt, weights, tmp_path):
     prefix = rt.vocab.tokenize(PROMPT, bos=True)
     rt.prime(prefix, tmp_path)
     [saved] = tmp_path.glob("prefix-*.kv")
     other = list(prefix)
     other[3] = other[4]
     assert rt._load_prefix(saved, other) is False and rt.tokens == []
+    assert same_logits(rt.sync(prefix + [2]), plain_logits(weights, prefix + [2])), "the foreign cells stayed"
+    rt.rollback(0)
     assert rt._load_prefix(saved, prefix[:-1]) is False
     assert rt._load_prefix(saved, prefix) is True and rt.tokens == prefix
 
