@@ -484,3 +484,17 @@ def test_close_frees_the_batch_the_context_and_the_model(weights, monkeypatch):
         monkeypatch.setattr(part, "close", lambda real=real, name=name: closed.append(name) or real())
     runtime.close()
     assert closed == ["batch", "ctx", "model"]
+
+
+@pytest.mark.real_model
+def test_a_runtime_without_weights_loads_the_file_it_is_given_with_the_amx_choice_given(tmp_path):
+    from miniagent.models.llama_params import AmxChoice
+
+    with pytest.raises(FileNotFoundError, match=f"^model file not found: {tmp_path / 'none.gguf'}$"):
+        KVRuntime(str(tmp_path / "none.gguf"), n_ctx=256)
+    runtime = KVRuntime(llama_runtime.default_model_path(), n_ctx=256, amx=AmxChoice(False, "given by the test"))
+    try:
+        assert runtime.amx == AmxChoice(False, "given by the test")
+        assert runtime.model_path == llama_runtime.default_model_path() and runtime.n_ctx == 256
+    finally:
+        runtime.close()
