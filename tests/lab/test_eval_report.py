@@ -13,20 +13,13 @@ import logging
 from collections import Counter
 
 import pytest
+from helpers import SleepingClock
 
 from miniagent.agent.loop import Outcome, Stats
 from miniagent.agent.trace import Trace
 from miniagent.lab import evaluation, session
 from miniagent.lab.evaluation import EvalItem, percentile, print_report, run_eval, run_eval_cli
 from miniagent.settings import Settings, load_config
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def outcome(answer: str, stop_reason: str = "answered", seconds: float = 1.0, turns: int = 2,
@@ -63,8 +56,8 @@ class StandInSession:
 
 @pytest.fixture
 def stand_in(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(evaluation.time, "monotonic", clock)
+    clock = SleepingClock(100.0)
+    monkeypatch.setattr(evaluation.time, "monotonic", clock.monotonic)
     StandInSession.opened = []
 
     def install(*outcomes, startup=0.5):

@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from helpers import SleepingClock
 
 from miniagent.lab.catalogue import ROOT, BreakError
 from miniagent.lab.commands import watch
@@ -59,17 +60,9 @@ def test_a_bad_flag_is_refused_by_the_parser(watched, capsys):
         watch.main(["no-cap", "--max-runs", "two"])
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 50.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_save_counts_once_no_event_came_for_the_debounce(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(watch.time, "monotonic", clock)
+    clock = SleepingClock(50.0)
+    monkeypatch.setattr(watch.time, "monotonic", clock.monotonic)
     changes = watch._Changes()
     assert changes.settled(0.25) is None, "nothing was saved"
     changes.saw("/x/src/miniagent/agent/loop.py")
@@ -85,8 +78,8 @@ def test_a_save_counts_once_no_event_came_for_the_debounce(monkeypatch):
 
 
 def test_a_save_exactly_at_the_debounce_has_settled(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(watch.time, "monotonic", clock)
+    clock = SleepingClock(50.0)
+    monkeypatch.setattr(watch.time, "monotonic", clock.monotonic)
     changes = watch._Changes()
     changes.saw(str(Path("a") / "b.py"))
     clock.now += 0.5
