@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import time
@@ -188,3 +189,23 @@ class SleepingClock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
+
+
+def screen_console(monkeypatch, *, colours: bool, width: int = 400):
+    """A recording console in place of the lab's terminal (``screen.console``): plain text, or with ``colours`` a
+    colour terminal that shows what rich adds (bold, colours, the numbers its highlighter paints)."""
+    from rich.console import Console
+
+    from miniagent.lab.commands import screen
+
+    looks = {"force_terminal": True, "color_system": "standard"} if colours else {"color_system": None}
+    console = Console(record=True, width=width, file=io.StringIO(), **looks)
+    monkeypatch.setattr(screen, "console", console)
+    return console
+
+
+def printed(console, *, styles: bool = False) -> list[str]:
+    """The lines a recording console holds so far (kept for the next read): each without its trailing spaces, or
+    with ``styles`` as rich wrote it, colour codes and all."""
+    text = console.export_text(clear=False, styles=styles)
+    return text.splitlines() if styles else [line.rstrip() for line in text.splitlines()]

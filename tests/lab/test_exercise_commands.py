@@ -7,14 +7,14 @@ runs on a learner's clone in ``test_exercise_loop.py`` and ``test_reset.py``.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
+from helpers import printed, screen_console
 from rich.console import Console
 
 from miniagent.lab.catalogue import ALL, ROOT, catalogue, find
-from miniagent.lab.commands import exercises, screen
+from miniagent.lab.commands import exercises
 from miniagent.lab.learner import progress
 from miniagent.lab.learner.progress import StateError
 from miniagent.lab.patching import ResetResult
@@ -24,17 +24,7 @@ NOW = "2026-11-27T01:02:03"
 
 @pytest.fixture
 def shown(monkeypatch) -> Console:
-    console = Console(record=True, width=300, file=io.StringIO(), force_terminal=True, color_system="standard")
-    monkeypatch.setattr(screen, "console", console)
-    return console
-
-
-def plain(console: Console) -> list[str]:
-    return [line.rstrip() for line in console.export_text(clear=False).splitlines()]
-
-
-def styled(console: Console) -> list[str]:
-    return console.export_text(clear=False, styles=True).splitlines()
+    return screen_console(monkeypatch, colours=True, width=300)
 
 
 @pytest.fixture
@@ -70,7 +60,7 @@ def damage(learner: str) -> None:
 def test_the_catalogue_lists_every_break_with_its_model_and_whether_it_is_applied(shown, source):
     source.applied = {"03-no-dedup"}
     exercises.list_breaks()
-    lines = plain(shown)
+    lines = printed(shown)
     assert lines[0] == "The break catalogue: `invoke exp ALIAS` runs one, `invoke break ALIAS` applies it"
     expected = []
     for brk in catalogue():
@@ -78,7 +68,7 @@ def test_the_catalogue_lists_every_break_with_its_model_and_whether_it_is_applie
         applied = " (applied in your src/)" if brk.id == "03-no-dedup" else ""
         expected.append(f"  {brk.id:<20} {brk.title['en']} ({model}){applied}")
     assert lines[1:] == expected
-    colours = styled(shown)
+    colours = printed(shown, styles=True)
     dedup = next(line for line in colours if "03-no-dedup" in line)
     assert "\x1b[31m(applied in your src/)\x1b[0m" in dedup and "\x1b[1m03-no-dedup         \x1b[0m" in dedup
     assert "\x1b[2m(stand-in scripted:stubborn)\x1b[0m" in dedup
@@ -92,11 +82,11 @@ def test_break_applies_it_remembers_when_and_says_how_to_fix_it(shown, source, l
     exercises.break_tree("no-dedup", learner)
     assert source.asked == [("apply", "03-no-dedup")]
     assert state(learner, "03-no-dedup") == {"broken_at": NOW}
-    assert plain(shown) == [
+    assert printed(shown) == [
         f"03-no-dedup applied to src/: {brk.removes['en']}.",
         "Study the diff with `git diff src/`, then fix it yourself: `invoke watch no-dedup` runs its guard tests on "
         "every save, `invoke hint no-dedup` gives one hint at a time. `invoke fix no-dedup` reverts it exactly."]
-    first = styled(shown)[0]
+    first = printed(shown, styles=True)[0]
     assert first.startswith("\x1b[1;31m") and "-no-dedup\x1b[0m applied to src/: identical-call dedup." in first
 
 
@@ -105,8 +95,8 @@ def test_fix_reverts_it_and_remembers_when(shown, source, learner):
     exercises.fix_tree("no-dedup", learner)
     assert source.asked == [("apply", "03-no-dedup"), ("revert", "03-no-dedup")]
     assert state(learner, "03-no-dedup") == {"broken_at": None, "reverted_at": NOW}
-    assert plain(shown)[-1] == "03-no-dedup reverted: src/ is as before the break."
-    last = styled(shown)[-1]
+    assert printed(shown)[-1] == "03-no-dedup reverted: src/ is as before the break."
+    last = printed(shown, styles=True)[-1]
     assert last.startswith("\x1b[1;32m") and last.endswith("-no-dedup\x1b[0m reverted: src/ is as before the break.")
 
 
@@ -141,8 +131,8 @@ def test_reset_says_what_it_did_and_remembers_only_a_change(shown, source, learn
     source.reset = ResetResult(how, files, backup)
     exercises.reset_tree("no-dedup", learner)
     assert source.asked[-1] == ("reset", "03-no-dedup")
-    assert plain(shown)[2:] == lines
-    assert "\x1b[" not in "".join(styled(shown)[2:]), "a line to copy was painted"
+    assert printed(shown)[2:] == lines
+    assert "\x1b[" not in "".join(printed(shown, styles=True)[2:]), "a line to copy was painted"
     expected = {"broken_at": NOW} if how == "intact" else {"broken_at": None, "reverted_at": NOW}
     assert state(learner, "03-no-dedup") == expected
 
@@ -154,8 +144,8 @@ def test_reset_speaks_the_learners_language_or_the_one_given(shown, source, lear
     exercises.reset_tree("no-dedup", None, "es")
     exercises.reset_tree("no-dedup")
     spanish = exercises.TEXT["es"]["intact"].format(id="03-no-dedup", files="")
-    assert plain(shown) == [spanish, spanish, "03-no-dedup: src/ is already intact for this break; nothing changed."]
-    assert spanish != plain(shown)[-1]
+    assert printed(shown) == [spanish, spanish, "03-no-dedup: src/ is already intact for this break; nothing changed."]
+    assert spanish != printed(shown)[-1]
 
 
 # --- hint ------------------------------------------------------------------------------------------------------
@@ -163,7 +153,7 @@ def test_reset_speaks_the_learners_language_or_the_one_given(shown, source, lear
 def test_a_hint_is_bold_its_text_plain_and_the_next_step_dim(shown, learner):
     brk = find("no-cap")
     exercises.hint("no-cap", learner)
-    lines = styled(shown)
+    lines = printed(shown, styles=True)
     assert lines == ["\x1b[1mHint 1 of 3 for 00-no-cap\x1b[0m", f"  {brk.hints['en'][0]}",
                      "\x1b[2mRun `invoke hint no-cap` again for hint 2.\x1b[0m"]
 
@@ -172,10 +162,11 @@ def test_after_the_last_hint_every_hint_is_shown_again_numbered(shown, learner):
     brk = find("no-cap")
     for _ in range(3):
         exercises.hint("no-cap", learner)
-    assert styled(shown)[-1] == "\x1b[2mThat was the last hint. The hidden cause is folded on the break's page.\x1b[0m"
+    last = "That was the last hint. The hidden cause is folded on the break's page."
+    assert printed(shown, styles=True)[-1] == f"\x1b[2m{last}\x1b[0m"
     shown.export_text()  # clears the record
     assert exercises.hint("no-cap", learner) == 3
-    assert styled(shown) == ["\x1b[1mYou have seen all 3 hints for 00-no-cap:\x1b[0m",
+    assert printed(shown, styles=True) == ["\x1b[1mYou have seen all 3 hints for 00-no-cap:\x1b[0m",
                              *(f"  {i}. {text}" for i, text in enumerate(brk.hints["en"], 1))]
     assert state(learner, "00-no-cap")["hints"] == 3
 
@@ -186,8 +177,8 @@ def test_a_break_without_hints_in_the_learners_language_gives_the_english_ones(s
     english_only = dataclasses.replace(find("no-cap"), hints={"en": find("no-cap").hints["en"]})
     monkeypatch.setattr(exercises, "find", lambda variant: english_only)
     exercises.hint("no-cap", learner, lang="es")
-    assert plain(shown)[1] == f"  {english_only.hints['en'][0]}"
-    assert plain(shown)[0] == exercises.TEXT["es"]["hint"].format(n=1, total=3, id="00-no-cap")
+    assert printed(shown)[1] == f"  {english_only.hints['en'][0]}"
+    assert printed(shown)[0] == exercises.TEXT["es"]["hint"].format(n=1, total=3, id="00-no-cap")
 
 
 # --- watch -----------------------------------------------------------------------------------------------------
@@ -223,8 +214,8 @@ def test_a_green_run_after_you_broke_it_is_fixed_and_verified_once(shown, source
     exercises.break_tree("no-dedup", learner)
     exercises.watch_tree("no-dedup", learner)
     verified = "03-no-dedup: fixed and verified by you. `invoke next` shows what comes next."
-    assert plain(shown).count(verified) == 1
-    assert f"\x1b[1;32m{verified}\x1b[0m" in styled(shown)
+    assert printed(shown).count(verified) == 1
+    assert f"\x1b[1;32m{verified}\x1b[0m" in printed(shown, styles=True)
     assert state(learner, "03-no-dedup") == {"broken_at": None, "fixed_at": NOW}
 
 
@@ -237,7 +228,7 @@ def test_a_green_run_is_not_a_fix_while_the_break_is_applied_or_never_was(shown,
     exercises.watch_tree("no-dedup", learner)  # still applied
     exercises.watch_tree(ALL, learner)  # every break's tests: no one break to verify
     exercises.watch_tree("no-dedup")  # nobody to remember it for
-    assert not any("verified" in line for line in plain(shown))
+    assert not any("verified" in line for line in printed(shown))
     assert state(learner, "03-no-dedup") == {"broken_at": NOW}
 
 
@@ -263,7 +254,7 @@ def test_every_command_moves_an_old_notebook_first_and_says_so_plainly(shown, so
     old = old_notebook(learner)
     getattr(exercises, command)("no-dedup", learner)
     moved = f"Your notebook moved, byte for byte, from {old.relative_to(ROOT)} to learners/{learner}/notebook.md."
-    assert plain(shown)[0] == moved and styled(shown)[0] == moved, "the line is painted or cut"
+    assert printed(shown)[0] == moved and printed(shown, styles=True)[0] == moved, "the line is painted or cut"
     assert not old.exists()
 
 
@@ -271,7 +262,7 @@ def test_reset_and_watch_remember_a_first_language_given_with_the_learner(shown,
     calls, _ = watcher
     source.reset = ResetResult("intact")
     exercises.reset_tree("no-dedup", learner, "es")
-    assert plain(shown)[-1] == exercises.TEXT["es"]["intact"].format(id="03-no-dedup", files="")
+    assert printed(shown)[-1] == exercises.TEXT["es"]["intact"].format(id="03-no-dedup", files="")
     assert progress.load(ROOT, learner)["lang"] == "es"
     exercises.watch_tree("no-dedup", learner)
     exercises.watch_tree("no-dedup", learner, "en")  # a later --lang is for this once
@@ -287,7 +278,7 @@ def test_a_hints_own_brackets_and_numbers_are_printed_as_they_are(shown, learner
     monkeypatch.setattr(exercises, "find", lambda variant: stand_in)
     for _ in range(4):
         exercises.hint("no-cap", learner)
-    lines = styled(shown)
+    lines = printed(shown, styles=True)
     assert "  Look at [bold]line 3[/bold]." in lines and "  Then 2 [x]." in lines
     assert lines[-3:] == [f"  {i}. {text}" for i, text in enumerate(hints, 1)]
 
@@ -297,7 +288,7 @@ def test_the_notebook_keeps_its_first_language_and_says_so_plainly(shown, learne
     assert exercises.notebook_lang(learner, "en") == "es"
     line = (f"Your notebook is in 'es'; it stays so (the lab does not rewrite it). To change, edit "
             f"learners/{learner}/progress.json.")
-    assert plain(shown) == [line] and styled(shown) == [line]
+    assert printed(shown) == [line] and printed(shown, styles=True) == [line]
 
 
 def test_a_report_is_in_the_remembered_learners_language_else_english(monkeypatch, learner):

@@ -9,13 +9,13 @@ whole. The real runs, with the harness and an agent, are in ``test_breaks.py`` a
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+from helpers import printed, screen_console
 from rich.console import Console
 
 from miniagent.lab.catalogue import ROOT, find
@@ -29,13 +29,7 @@ from miniagent.lab.words import words
 
 @pytest.fixture
 def shown(monkeypatch) -> Console:
-    console = Console(record=True, width=400, file=io.StringIO(), color_system=None)
-    monkeypatch.setattr(screen, "console", console)
-    return console
-
-
-def lines(console: Console) -> list[str]:
-    return [line.rstrip() for line in console.export_text(clear=False).splitlines()]
+    return screen_console(monkeypatch, colours=False)
 
 
 class StandInHarness:
@@ -106,13 +100,13 @@ def test_the_baseline_runs_the_intact_loop_on_the_capped_question(harness, shown
     assert kwargs["timeout"] == 30.0 and kwargs["needs"] is None and kwargs["hard_cap"] is None
     assert harness.sandbox.name.startswith("miniagent-baseline-")
     assert [p.parent.name for p in tmp_path.glob("*/*.json")] == ["baseline"]
-    assert lines(shown)[0] == (f"baseline with llama on 'What is the present perfect of would for you?', timeout 30 s "
-                               f"from the loop's start (source copy: {harness.sandbox})")
+    assert printed(shown)[0] == (f"baseline with llama on 'What is the present perfect of would for you?', "
+                                 f"timeout 30 s from the loop's start (source copy: {harness.sandbox})")
 
 
 def test_the_first_line_says_what_runs_and_what_it_needs(harness, shown, tmp_path):
     experiment.exp("no-dedup", timeout=2.5, live=False, runs_dir=tmp_path)
-    assert lines(shown)[0] == ("03-no-dedup with scripted:stubborn on 'What is the past simple of go for she?', "
+    assert printed(shown)[0] == ("03-no-dedup with scripted:stubborn on 'What is the past simple of go for she?', "
                                f"timeout 2.5 s from the loop's start, needs {{'tool_calls': 2}} "
                                f"(source copy: {harness.sandbox})")
 
@@ -179,11 +173,11 @@ def test_a_run_that_never_reached_the_broken_code_is_not_checked(harness, shown,
 
 def test_json_prints_the_record_and_where_it_is_and_nothing_else(harness, shown, tmp_path, capsys):
     experiment.exp("no-dedup", as_json=True, runs_dir=tmp_path)
-    printed = json.loads(capsys.readouterr().out)
+    got = json.loads(capsys.readouterr().out)
     [saved] = (tmp_path / "03-no-dedup").glob("*.json")
-    assert printed == {**json.loads(saved.read_text(encoding="utf-8")), "variant": "03-no-dedup",
+    assert got == {**json.loads(saved.read_text(encoding="utf-8")), "variant": "03-no-dedup",
                        "llm": "scripted:stubborn", "json_path": str(saved), "svg_path": str(saved.with_suffix(".svg"))}
-    assert harness.calls[0][1]["live"] is False and lines(shown) == []
+    assert harness.calls[0][1]["live"] is False and printed(shown) == []
 
 
 # --- predictions and scores ---------------------------------------------------------------------------------
@@ -191,10 +185,10 @@ def test_json_prints_the_record_and_where_it_is_and_nothing_else(harness, shown,
 def test_predict_adds_a_section_once_and_then_says_where_it_is(shown, learner):
     experiment.predict("no-dedup", learner)
     path = Path("learners") / learner / "notebook.md"
-    assert lines(shown)[-2:] == [f"Added a prediction section for 03-no-dedup to {path}.",
+    assert printed(shown)[-2:] == [f"Added a prediction section for 03-no-dedup to {path}.",
                                  f"Fill in the values, say why, then run `invoke exp no-dedup --learner {learner}`."]
     experiment.predict("no-dedup", learner)
-    assert lines(shown)[-1] == f"You already have a prediction section for 03-no-dedup in {path}; edit it there."
+    assert printed(shown)[-1] == f"You already have a prediction section for 03-no-dedup in {path}; edit it there."
     text = (ROOT / path).read_text(encoding="utf-8")
     assert text.count("## 03-no-dedup — ") == 1 and f"## 03-no-dedup — {find('no-dedup').title['en']}\n" in text
 
@@ -236,8 +230,8 @@ def test_a_prediction_is_scored_appended_and_counted(harness, shown, tmp_path, l
     assert (state["runs"], state["hits"], state["fields"]) == (2, 1, 2)
     assert path.read_text(encoding="utf-8").count("### Observed") == 2
     notes = Path("learners") / learner / "notebook.md"
-    assert lines(shown)[-1] == f"Observation appended to {notes}."
-    compared = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines(shown) if line.count("│") > 3]
+    assert printed(shown)[-1] == f"Observation appended to {notes}."
+    compared = [[cell.strip() for cell in line.split("│")[1:-1]] for line in printed(shown) if line.count("│") > 3]
     assert compared[-5][:3] == ["outcome", "answer", "answer"] and compared[-2][:3] == ["tool_calls", "9", "1"]
 
 
@@ -273,7 +267,7 @@ def test_the_report_has_every_figure_in_its_row(shown, tmp_path):
     json_path = ROOT / "runs" / "00-no-cap" / "x.json"
     experiment.report(full_record(kill_latency_s=0.126, processes_left=[{"pid": 7, "cmdline": "s" * 70}]),
                       json_path, tmp_path / "x.svg")
-    rows = [line.split("│")[1:3] for line in lines(shown) if line.count("│") == 3]
+    rows = [line.split("│")[1:3] for line in printed(shown) if line.count("│") == 3]
     rows = [[cell.strip() for cell in row] for row in rows]
     assert rows == [
         ["outcome", "timeout"], ["stop reason", "None"], ["wall", "7.2 s (timeout 6 s)"],
@@ -281,8 +275,8 @@ def test_the_report_has_every_figure_in_its_row(shown, tmp_path):
         ["identical calls", "11"], ["tool errors", "3"], ["turns", "13"], ["processes left", f"7 {'s' * 60}"],
         ["other programs", "12 % CPU mean, 41 % max (2 usable CPUs, load average 0.25 -> 1.5)"],
         ["killed", "+0.13 s after the deadline"]]
-    assert lines(shown)[0].strip() == "observed"
-    assert lines(shown)[-1] == "saved: runs/00-no-cap/x.json and x.svg"
+    assert printed(shown)[0].strip() == "observed"
+    assert printed(shown)[-1] == "saved: runs/00-no-cap/x.json and x.svg"
 
 
 def test_the_report_of_a_quiet_run_says_what_did_not_happen(shown, tmp_path):
@@ -293,19 +287,19 @@ def test_the_report_of_a_quiet_run_says_what_did_not_happen(shown, tmp_path):
     assert "│ tool calls      │ 0 " in text and "│ processes left  │ 0 " in text and "killed" not in text
     assert "7.2 s (timeout 6 s from the loop's start at 1.2 s)" in text
     assert "150 % CPU mean, 41 % max (2 usable CPUs, load average 0.25 -> 1.5): BUSY MACHINE" in text
-    assert lines(shown)[-1] == f"saved: {tmp_path / 'x.json'} and x.svg"
+    assert printed(shown)[-1] == f"saved: {tmp_path / 'x.json'} and x.svg"
     assert "answer:" not in text and "scratchpad" not in text
 
 
 def test_the_report_shows_the_answer_and_the_scratchpads_last_lines(shown, tmp_path):
     experiment.report(full_record(answer="She went.", scratchpad_tail=["[turn 3]", "thought"]),
                       tmp_path / "x.json", tmp_path / "x.svg")
-    assert lines(shown)[-5:-1] == ["answer: She went.", "last lines of the scratchpad:", "  [turn 3]", "  thought"]
+    assert printed(shown)[-5:-1] == ["answer: She went.", "last lines of the scratchpad:", "  [turn 3]", "  thought"]
 
 
 def test_the_report_is_in_the_learners_language(shown, tmp_path):
     experiment.report(full_record(), tmp_path / "x.json", tmp_path / "x.svg", lang="es")
-    assert "7,2 s" in shown.export_text(clear=False) and "observed" not in lines(shown)[0]
+    assert "7,2 s" in shown.export_text(clear=False) and "observed" not in printed(shown)[0]
 
 
 def test_the_report_ends_with_the_verdict_before_where_it_was_saved(shown, tmp_path):
@@ -313,7 +307,7 @@ def test_the_report_ends_with_the_verdict_before_where_it_was_saved(shown, tmp_p
     record = full_record(clock="loop", loop_start_s=1.25, expect_failures=[])
     experiment.report(record, tmp_path / "x.json", tmp_path / "x.svg", brk)
     verdict = [sentence for _, sentence in experiment.verdict(brk, record)]
-    assert len(verdict) == 2 and lines(shown)[-3:-1] == verdict
+    assert len(verdict) == 2 and printed(shown)[-3:-1] == verdict
 
 
 def test_the_verdict_of_the_baseline_is_only_how_the_deadline_and_the_machine_were(shown):
@@ -388,7 +382,7 @@ def test_the_tour_table_says_how_each_run_went(shown, monkeypatch):
             tour_row(None)]
     monkeypatch.setattr(experiment, "_tour_runs", lambda *args: rows)
     assert experiment.tour() == rows
-    table = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines(shown) if line.count("│") == 6]
+    table = [[cell.strip() for cell in line.split("│")[1:-1]] for line in printed(shown) if line.count("│") == 6]
     assert table == [
         ["03-no-dedup", "scripted:stubborn", "timeout", "fallback / max_turns / cpu 4 %", "2/3 fields"],
         ["03-no-dedup", "scripted:stubborn", "-", "fallback / max_turns / cpu 4 %", "no prediction (busy machine)"],
@@ -396,10 +390,10 @@ def test_the_tour_table_says_how_each_run_went(shown, monkeypatch):
         ["03-no-dedup", "scripted:stubborn", "-", "crash / max_turns / cpu 4 %",
          "crashed (SIGSEGV): see lab 02"],
         ["03-no-dedup", "scripted:stubborn", "-", "None / None / cpu 0 %", "no prediction"]]
-    header = [line for line in lines(shown) if "┃" in line][0]
+    header = [line for line in printed(shown) if "┃" in line][0]
     assert [cell.strip() for cell in header.split("┃")[1:-1]] == ["break", "model", "predicted outcome", "observed",
                                                                   "hit/miss"]
-    assert "failure-mode tour" in lines(shown)[0]
+    assert "failure-mode tour" in printed(shown)[0]
 
 
 def test_the_tour_as_json_prints_only_json_and_gives_the_console_back(shown, monkeypatch, capsys):
@@ -407,7 +401,7 @@ def test_the_tour_as_json_prints_only_json_and_gives_the_console_back(shown, mon
     monkeypatch.setattr(experiment, "_tour_runs", lambda *args: seen.append((args, screen.console.quiet)) or [])
     assert experiment.tour(as_json=True, llm="scripted:oracle") == []
     assert seen == [((None, True, "scripted:oracle"), True)] and screen.console.quiet is False
-    assert capsys.readouterr().out == "[]\n" and lines(shown) == []
+    assert capsys.readouterr().out == "[]\n" and printed(shown) == []
 
     def fails(*args):
         raise RuntimeError("a run failed")
@@ -469,14 +463,7 @@ def test_the_tour_with_one_model_runs_every_break_on_it_unscored_in_json(shown, 
 
 @pytest.fixture
 def styled(monkeypatch) -> Console:
-    """A colour terminal: shows what rich adds (bold, colours, the numbers its highlighter paints)."""
-    console = Console(record=True, width=400, file=io.StringIO(), force_terminal=True, color_system="standard")
-    monkeypatch.setattr(screen, "console", console)
-    return console
-
-
-def styled_lines(console: Console) -> list[str]:
-    return console.export_text(clear=False, styles=True).splitlines()
+    return screen_console(monkeypatch, colours=True)
 
 
 def spanish(learner: str) -> str:
@@ -493,14 +480,14 @@ def test_the_lines_a_learner_copies_are_printed_as_they_are(styled, harness, tmp
     harness.record.answer = "She went 3 times [b]."
     _predicted(learner, outcome="answer")
     experiment.exp("no-dedup", learner=learner, live=False, runs_dir=runs)
-    printed = styled_lines(styled)
+    lines = printed(styled, styles=True)
     notebook_file = Path("learners") / learner / "notebook.md"
     plain = [f"Added a prediction section for 03-no-dedup to {notebook_file}.",
              *notebook.how_to_predict("03-no-dedup", learner).strip().splitlines(),
              "  [turn 3] conjugate 3", f"Observation appended to {notebook_file}."]
-    assert all(line in printed for line in plain), printed
-    assert "\x1b[1manswer:\x1b[0m She went 3 times [b]." in printed
-    [saved] = [line for line in printed if line.startswith("saved: ")]
+    assert all(line in lines for line in plain), lines
+    assert "\x1b[1manswer:\x1b[0m She went 3 times [b]." in lines
+    [saved] = [line for line in lines if line.startswith("saved: ")]
     assert "\x1b" not in saved and "runs [b]" in saved
 
 
@@ -508,7 +495,7 @@ def test_the_verdict_keeps_its_colour(styled):
     experiment.report(full_record(needs_met=True, expect_failures=[]), ROOT / "x.json", ROOT / "x.svg",
                       find("no-dedup"))
     expected = experiment.verdict(find("no-dedup"), full_record(needs_met=True, expect_failures=[]))[-1][1]
-    assert f"\x1b[32m{expected}\x1b[0m" in styled_lines(styled)
+    assert f"\x1b[32m{expected}\x1b[0m" in printed(styled, styles=True)
 
 
 def test_a_spanish_learner_reads_every_line_of_a_run_in_spanish(harness, shown, tmp_path, learner):
@@ -525,12 +512,12 @@ def test_a_spanish_learner_reads_every_line_of_a_run_in_spanish(harness, shown, 
     notes = (ROOT / "learners" / learner / "notebook.md").read_text(encoding="utf-8")
     assert "### Observado — 03-no-dedup" in notes
     appended = words("es")["report"]["appended"]
-    assert lines(shown)[-1] == appended.format(path=Path("learners") / learner / "notebook.md") != \
+    assert printed(shown)[-1] == appended.format(path=Path("learners") / learner / "notebook.md") != \
         words("en")["report"]["appended"].format(path=Path("learners") / learner / "notebook.md")
 
 
 def scoring_rows(console: Console) -> list[list[str]]:
-    return [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines(console) if line.count("│") > 3]
+    return [[cell.strip() for cell in line.split("│")[1:-1]] for line in printed(console) if line.count("│") > 3]
 
 
 def test_the_notebook_keeps_when_the_run_was_and_links_its_record_and_chart(harness, shown, tmp_path, learner):
@@ -577,7 +564,7 @@ def test_an_old_notebook_is_moved_before_a_prediction_is_read(harness, shown, tm
     path.rename(old)
     experiment.exp("no-dedup", learner=learner, live=False, runs_dir=tmp_path)
     assert len(harness.calls) == 1 and "### Observed" in path.read_text(encoding="utf-8") and not old.exists()
-    assert lines(shown)[0].startswith("Your notebook moved, byte for byte,")
+    assert printed(shown)[0].startswith("Your notebook moved, byte for byte,")
 
 
 def test_predict_moves_an_old_notebook_first(shown, learner):
@@ -587,7 +574,7 @@ def test_predict_moves_an_old_notebook_first(shown, learner):
     experiment.predict("no-dedup", learner)
     moved = ROOT / "learners" / learner / "notebook.md"
     assert moved.read_text(encoding="utf-8").startswith("# mine\n") and "## 03-no-dedup" in moved.read_text()
-    assert lines(shown)[0].startswith("Your notebook moved, byte for byte,")
+    assert printed(shown)[0].startswith("Your notebook moved, byte for byte,")
 
 
 def test_a_damaged_progress_file_stops_a_predicted_run_before_it_starts(harness, shown, tmp_path, learner):
@@ -603,20 +590,20 @@ def test_a_scored_run_that_was_not_exercised_tells_the_learner_to_rerun_with_the
     _predicted(learner, outcome="answer")
     harness.record.needs_met = False
     experiment.exp("no-dedup", learner=learner, live=False, runs_dir=tmp_path)
-    assert f"Run it again: `invoke exp no-dedup --learner {learner}`." in " ".join(lines(shown))
+    assert f"Run it again: `invoke exp no-dedup --learner {learner}`." in " ".join(printed(shown))
 
 
 def test_the_report_passes_the_learner_to_the_verdict(shown, tmp_path):
     record = full_record(needs_met=False, tool_calls=0)
     experiment.report(record, tmp_path / "x.json", tmp_path / "x.svg", find("no-dedup"), "ana")
-    assert "Run it again: `invoke exp no-dedup --learner ana`." in " ".join(lines(shown))
+    assert "Run it again: `invoke exp no-dedup --learner ana`." in " ".join(printed(shown))
 
 
 def test_the_report_in_spanish_writes_every_number_the_spanish_way(shown, tmp_path):
     experiment.report(full_record(clock="loop", loop_start_s=1.25, timeout=6.5, load_avg_start=0.25,
                                   load_avg_end=1.5, kill_latency_s=0.126),
                       tmp_path / "x.json", tmp_path / "x.svg", lang="es")
-    rows = [[cell.strip() for cell in line.split("│")[1:3]] for line in lines(shown) if line.count("│") == 3]
+    rows = [[cell.strip() for cell in line.split("│")[1:3]] for line in printed(shown) if line.count("│") == 3]
     values = [value for _, value in rows]
     assert "7,2 s (tiempo límite 6,5 s desde que empezó el bucle, a los 1,2 s)" in values
     assert any("0,25 -> 1,5" in value for value in values) and any(value.startswith("+0,13 s") for value in values)
@@ -628,7 +615,7 @@ def test_the_report_table_has_no_header_and_each_row_its_own_figure(shown, tmp_p
                                                                      {"pid": 8, "cmdline": "b"}]),
                       tmp_path / "x.json", tmp_path / "x.svg")
     assert "┃" not in shown.export_text(clear=False)
-    rows = dict([cell.strip() for cell in line.split("│")[1:3]] for line in lines(shown) if line.count("│") == 3)
+    rows = dict([cell.strip() for cell in line.split("│")[1:3]] for line in printed(shown) if line.count("│") == 3)
     assert rows["stop reason"] == "max_turns" and rows["tool calls"] == "0"
     assert rows["processes left"] == "7 a, 8 b" and rows["wall"] == "7.2 s (timeout 6 s)"
 
@@ -659,7 +646,7 @@ def test_the_tour_hands_the_learner_to_its_runs_and_titles_its_table(shown, monk
     seen = []
     monkeypatch.setattr(experiment, "_tour_runs", lambda *args: seen.append(args) or [])
     experiment.tour(learner)
-    assert seen == [(learner, False, None)] and lines(shown)[0].strip() == "failure-mode tour"
+    assert seen == [(learner, False, None)] and printed(shown)[0].strip() == "failure-mode tour"
 
 
 def test_the_tour_without_a_learner_reads_no_notebook(shown, monkeypatch):

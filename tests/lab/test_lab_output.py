@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 from rich.console import Console
 
+from helpers import screen_console
+
 from miniagent.lab.learner import scoring
 from miniagent.lab.commands import experiment, screen
 from miniagent.lab.harness.follow import Progress
@@ -19,9 +21,7 @@ ANSWER = "The conjugation server failed: reached max_turns=1 [stop_reason: serve
 
 
 def recording_console(monkeypatch) -> Console:
-    console = Console(record=True, width=200, file=io.StringIO(), color_system=None)
-    monkeypatch.setattr(screen, "console", console)
-    return console
+    return screen_console(monkeypatch, colours=False, width=200)
 
 
 def a_record(**extra) -> RunRecord:
