@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import time
@@ -13,6 +14,11 @@ from miniagent.models.scripted import ScriptedBackend
 from miniagent.agent.config import TutorConfig
 from miniagent.tools.conjugation import PERSONS, PRONOUNS, TENSES, ConjugationError, conjugate, preload, subject_for
 from miniagent.agent.errors import ToolError, ToolTimeout
+
+# llama.cpp threads for a model a test runs in its own process. In invoke test's parallel pass another worker keeps
+# the other core busy, and two threads on a crowded core wait on each other at every step (measured on 2 cores:
+# 20 one-token decodes 3.6 s with two threads, 0.9 s with one; 0.5 s with two on an idle machine).
+THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
 
 
 class FakeTools:

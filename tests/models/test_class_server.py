@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import THREADS
 
 from miniagent.models.class_server import MAX_LOGPROBS, build_app, main
 from miniagent.models.slots import Completion
@@ -218,7 +219,7 @@ def server_url():
     pytest.importorskip("uvicorn", reason="pip install 'llama-cpp-python[server]'")
     from miniagent.lab.model_server import class_server
 
-    with class_server() as url:
+    with class_server(extra_args=("--n-threads", str(THREADS))) as url:
         yield url
 
 

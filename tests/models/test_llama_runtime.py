@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import THREADS
 
 from miniagent.agent.errors import ContextFull, ModelTimeout
 from miniagent.models import llama_runtime
@@ -144,7 +145,7 @@ def weights():
 
 @pytest.fixture
 def rt(weights):
-    runtime = KVRuntime(n_ctx=1024, weights=weights)
+    runtime = KVRuntime(n_ctx=1024, n_threads=THREADS, weights=weights)
     yield runtime
     runtime.ctx.close()
     runtime.batch.close()
@@ -163,7 +164,7 @@ LOGP_TOLERANCE = 0.15  # an option's log-probability, the same way
 
 def plain_logits(weights, tokens: list[int]) -> np.ndarray:
     """The next token's logits after ``tokens``, from a fresh context evaluating them in one go."""
-    fresh = KVRuntime(n_ctx=1024, weights=weights)
+    fresh = KVRuntime(n_ctx=1024, n_threads=THREADS, weights=weights)
     try:
         return fresh.feed(list(tokens))
     finally:
@@ -426,7 +427,7 @@ def test_the_header_is_saved_once_and_loaded_afterwards_giving_the_same_logits(r
     [saved] = (tmp_path / "kv").glob("prefix-*.kv")
     assert rt.tokens == prefix and rt.evaluated == len(prefix)
     assert [p.name for p in (tmp_path / "kv").iterdir()] == [saved.name], "a scratch file was left"
-    other = KVRuntime(n_ctx=1024, weights=weights)
+    other = KVRuntime(n_ctx=1024, n_threads=THREADS, weights=weights)
     try:
         assert other.prime(prefix, tmp_path / "kv") is True and other.tokens == prefix and other.evaluated == 0
         assert same_logits(other.sync(more), plain_logits(weights, more))
@@ -467,8 +468,8 @@ def test_a_cache_file_of_other_tokens_is_not_taken_for_this_header(rt, weights, 
 @pytest.mark.real_model
 def test_the_startup_line_says_threads_amx_and_weights(rt):
     line = rt.startup_line("2 free cores")
-    assert line.startswith(f"llama.cpp threads: 2 (2 free cores), {rt.amx.describe()}, weights in ")
-    assert rt.startup_line().startswith("llama.cpp threads: 2, ")
+    assert line.startswith(f"llama.cpp threads: {THREADS} (2 free cores), {rt.amx.describe()}, weights in ")
+    assert rt.startup_line().startswith(f"llama.cpp threads: {THREADS}, ")
     rt.weight_buffers = {}
     assert rt.startup_line().endswith("weights in unknown")
     rt.weight_buffers = {"CPU": 240.4, "CPU_REPACK": 12.6}
@@ -498,3 +499,4 @@ def test_a_runtime_without_weights_loads_the_file_it_is_given_with_the_amx_choic
         assert runtime.model_path == llama_runtime.default_model_path() and runtime.n_ctx == 256
     finally:
         runtime.close()
+

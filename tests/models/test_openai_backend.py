@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import THREADS
 
 from miniagent.lab.model_server import free_port, llama_cpp_server
 
@@ -60,7 +61,7 @@ def test_scored_decoding_through_the_server_takes_the_local_backends_decisions(s
 
     questions = ["Conjugate swim in the present perfect continuous for we.", "¿Cuál es el pasado simple de 'eat' con 'ellos'?",
                  "Future perfect of write, you?"]
-    remote, local = OpenAIBackend(server_url, warm_up=True), LlamaBackend(cache_dir=None)
+    remote, local = OpenAIBackend(server_url, warm_up=True), LlamaBackend(cache_dir=None, n_threads=THREADS)
     try:
         for question in questions:
             pad = [Entry("question", question)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import THREADS
 
 from miniagent.models.llama_runtime import KVRuntime, load_weights, log_softmax
 from miniagent.models.prompt import HEADER
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.real_model
 
 @pytest.fixture(scope="module")
 def slots():
-    s = Slots(load_weights(), slots=3, n_ctx=4096, n_threads=2)
+    s = Slots(load_weights(), slots=3, n_ctx=4096, n_threads=THREADS)
     yield s
     s.close()
 
@@ -105,7 +106,7 @@ def test_the_same_prompt_twice_evaluates_nothing_the_second_time(slots):
 def test_its_top_log_probabilities_are_the_local_runtimes(slots):
     fresh(slots)
     prompt = question(slots, "What is the past simple of go for she?")
-    rt = KVRuntime(n_ctx=2048)
+    rt = KVRuntime(n_ctx=2048, n_threads=THREADS)
     try:
         local = log_softmax(rt.sync(prompt).astype(np.float64))
     finally:
@@ -134,7 +135,7 @@ def test_greedy_completion_stops_before_a_stop_string_or_at_max_tokens(slots):
 
 
 def test_a_full_cache_gives_the_oldest_slots_cells_back(slots):
-    small = Slots(load_weights(), slots=2, n_ctx=1024, n_threads=2)
+    small = Slots(load_weights(), slots=2, n_ctx=1024, n_threads=THREADS)
     try:
         first = small.vocab.tokenize(" alpha" * 600, bos=True)
         second = small.vocab.tokenize(" beta" * 600, bos=True)
@@ -177,7 +178,7 @@ def test_more_owners_than_slots_take_over_the_slot_used_longest_ago(slots):
 # --- the numbers a slot gives, whichever way its cells got there -------------------------------------------
 @pytest.fixture(scope="module")
 def local():
-    rt = KVRuntime(n_ctx=2048)
+    rt = KVRuntime(n_ctx=2048, n_threads=THREADS)
     yield rt
     rt.close()
 
@@ -213,7 +214,7 @@ def test_a_learner_going_on_in_its_slot_gets_a_fresh_evaluations_numbers(slots, 
 
 
 def test_a_new_server_has_counted_nothing_and_then_counts_exactly():
-    s = Slots(load_weights(), slots=2, n_ctx=256, n_threads=2)
+    s = Slots(load_weights(), slots=2, n_ctx=256, n_threads=THREADS)
     try:
         assert (s.requests, s.evaluated, s.shared) == (0, 0, 0)
         assert s.model_path.endswith(".gguf") and s.vocab.size > 200_000
@@ -231,7 +232,7 @@ def test_a_new_server_has_counted_nothing_and_then_counts_exactly():
 
 
 def test_a_completion_stops_where_the_slot_is_full():
-    s = Slots(load_weights(), slots=1, n_ctx=32, n_threads=2)
+    s = Slots(load_weights(), slots=1, n_ctx=32, n_threads=THREADS)
     try:
         prompt = s.vocab.tokenize(" word" * 28, bos=True)[:29]
         done = s.complete(prompt, 10, [], None)
