@@ -500,3 +500,13 @@ def test_a_runtime_without_weights_loads_the_file_it_is_given_with_the_amx_choic
     finally:
         runtime.close()
 
+
+@pytest.mark.real_model
+def test_the_vocabulary_keeps_its_masks_under_the_name_of_the_model_file_it_reads(rt, tmp_path):
+    """The masks' cache file is keyed by the model file the vocabulary reads (its path and its size)."""
+    assert rt.vocab.path == rt.model_path
+    masks = rt.vocab.masks(tmp_path)
+    [saved] = tmp_path.glob("masks-*.npz")
+    again = rt.vocab.masks(tmp_path)
+    assert sorted(again) == sorted(masks) == ["text", "word"]
+    assert all(np.array_equal(again[name], masks[name]) for name in masks)
