@@ -6,6 +6,7 @@ progress.json through as a traceback would teach that the lab's own tools fail u
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -256,9 +257,10 @@ def test_a_mutation_run_that_changed_the_checkout_is_a_broken_check(tmp_path):
     (tmp_path / "src" / "pkg" / "loop.py").write_text("x = 2\n")
     (tmp_path / "learners" / "ada").mkdir(parents=True)
     (tmp_path / "learners" / "ada" / "progress.json").write_text("{}")
+    (tmp_path / "tasks.py").write_text("# changed\n")
     after = mutants.checkout_digest(tmp_path)
     touched = mutants.changed(before, after)
-    assert touched == ["learners/ada/progress.json", "src/pkg/loop.py"]
+    assert touched == ["learners/ada/progress.json", "src/pkg/loop.py", "tasks.py"]
     figures = {"killed": 200, "survived": 10, "total": 273, "no_tests": 60, "skipped": 0, "timeout": 3}
     assert "src/pkg/loop.py" in mutants.check_problem(0, figures, touched)
     assert mutants.check_problem(0, figures, []) is None
@@ -326,9 +328,12 @@ def test_a_crash_report_is_in_the_learners_language(monkeypatch, capsys):
     assert capsys.readouterr().err.startswith("miniagent: SE HA ROTO: ")
 
 
-def test_a_process_a_mutation_run_left_behind_is_killed_and_named(tmp_path):
+def test_a_process_a_mutation_run_left_behind_is_killed_and_named(tmp_path, monkeypatch):
     """A test killed on mutmut's timeout cannot stop the server it started: the run's end finds it by the
-    sandbox in its PYTHONPATH and kills it; a process outside the sandbox is left alone."""
+    sandbox in its PYTHONPATH and kills it; a process outside the sandbox is left alone.
+
+    The process table it is shown holds this test's own processes only: `invoke mutants` mutates this code too,
+    and a mutant that kills what it should spare (seen: the maintainer's shell, twice) must find nothing else."""
     import psutil
 
     from miniagent.lab.commands import mutants
@@ -337,18 +342,31 @@ def test_a_process_a_mutation_run_left_behind_is_killed_and_named(tmp_path):
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     inside = subprocess.Popen(sleeper, env={**os.environ, "PYTHONPATH": mutants.import_path(work)})
     outside = subprocess.Popen(sleeper, env={**os.environ, "PYTHONPATH": str(tmp_path / "elsewhere")})
+    no_path = subprocess.Popen(sleeper, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone_seen = psutil.Process(gone.pid)
+    gone.wait()  # shown in the table, gone when it is read: the next ones are still looked at
     try:
-        for proc in (inside, outside):  # until each has exec'd: before that it has our environment, not its own
+        for proc in (inside, outside, no_path):  # until each has exec'd: before that it has our environment
             deadline = time.monotonic() + 10
             while "time.sleep(60)" not in " ".join(psutil.Process(proc.pid).cmdline()):
                 assert time.monotonic() < deadline, "the sleeper never started"
                 time.sleep(0.01)
+        own = [gone_seen, *(psutil.Process(pid) for pid in (no_path.pid, inside.pid, outside.pid, os.getpid()))]
+
+        def own_processes(attrs):
+            for proc in own:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.info = proc.as_dict(attrs)
+                yield proc
+
+        monkeypatch.setattr(psutil, "process_iter", own_processes)
         left = mutants.reap_leftovers(work)
-        assert len(left) == 1 and "time.sleep(60)" in left[0], left
+        assert left == [f"{sys.executable} -c import time; time.sleep(60)"]
         assert not psutil.pid_exists(inside.pid), "killed and reaped (here our child; an orphan is init's)"
-        assert outside.poll() is None, "a process outside the sandbox is not touched"
+        assert outside.poll() is None and no_path.poll() is None, "a process outside the sandbox is not touched"
     finally:
-        for proc in (inside, outside):
+        for proc in (inside, outside, no_path):
             proc.kill()
             proc.wait(timeout=5)
 

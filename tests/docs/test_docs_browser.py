@@ -146,7 +146,7 @@ def test_search_returns_pages_in_the_language_being_read(site_url, browser):
             assert page.locator("html").get_attribute("lang") == "es", "a result opens the Spanish page"
 
 
-@pytest.mark.slow  # ~1.5 min: every page, both ways
+@pytest.mark.slow  # ~40 s idle on 2 cores: every page, both ways
 def test_the_language_switcher_works_on_every_page(site_url, browser):
     """Every English page switches to its Spanish twin and back, as a person would."""
     import json
