@@ -80,7 +80,8 @@ def checkout(tmp_path, monkeypatch):
     (root / "docs" / "__pycache__" / "hook.cpython-311.pyc").write_bytes(b"\0")
     (root / "docs" / "index.md").write_text("a page\n")
     (root / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.mutmut]\nonly_mutate = ["old"]\n'
-                                         'also_copy = ["old too"]\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+                                         'also_copy = ["old too"]\n\n'
+                                         '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
     monkeypatch.setattr(mutants.tempfile, "tempdir", str(tmp_path))  # the sandbox, and the log, under tmp_path
     monkeypatch.setenv("MINIAGENT_LLM", "scripted")  # a learner's setting must not reach the mutants' tests
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "deep")  # the maintainer's own profile: the run sets its own
@@ -126,8 +127,7 @@ def test_the_wing_s_config_names_its_code_its_tests_and_what_every_run_leaves_ou
         "[tool.mutmut]", 'source_paths = ["src", "tasks.py"]', 'only_mutate = ["tasks.py"]',
         f"also_copy = {json.dumps(list(mutants.ALSO_COPY))}",
         'pytest_add_cli_args_test_selection = ["tests/test_tasks.py", "tests/docs/test_docs_commands.py"]',
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout", "-q", "-m", "not slow and not timing", '
-        '"-k", "not maintainer_check and not fifty_killed_runs"]',
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout", "-q", "-m", "not slow and not timing"]',
         'process_isolation = "forkserver"']
 
 
