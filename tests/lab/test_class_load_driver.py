@@ -1,0 +1,177 @@
+"""``invoke class-load``'s driver and learner (lab/commands/classload.py) without a model: stand-in learners (a
+small program started where the driver starts each learner) and a stand-in tutor session show what the driver
+hands each learner, how it starts them together, what it counts from their lines, and that it reaps them. The
+real class, with a real server, runs in tests/lab/test_classload.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from miniagent.agent.config import TutorConfig
+from miniagent.lab.commands import classload
+from miniagent.lab.evaluation import DEFAULT_SET, load_eval_set, percentile
+
+STAND_IN_LEARNER = textwrap.dedent('''
+    import argparse, json, sys, time
+    parser = argparse.ArgumentParser()
+    for flag in ("--set", "--items", "--settings"):
+        parser.add_argument(flag)
+    args = parser.parse_args()
+    print(json.dumps({"ready": True}), flush=True)
+    print("a learner's own log line", file=sys.stderr, flush=True)
+    assert sys.stdin.readline() == "go\\n"
+    for i in map(int, args.items.split(",")):
+        print(json.dumps({"item": i, "stop_reason": "answered" if i % 3 else "turn_cap", "correct": i % 2 == 0,
+                          "seconds": 0.5 + 1.0003 * i, "turn_latencies": [0.1237 * i, 0.2037]}), flush=True)
+    # the driver's clock reads 1000.0 at the go (a stand-in): the class lasts 7.123 s
+    print(json.dumps({"done_at": 1007.123 - 0.1 * (args.items == "0,1,2"), "requests": 3}), flush=True)
+''')
+
+
+@pytest.fixture
+def learners(monkeypatch):
+    """Each learner the driver starts is the stand-in, started with the driver's own arguments and options."""
+    started = []
+    real_popen = subprocess.Popen
+
+    def popen(argv, **how):
+        assert argv[:3] == [sys.executable, "-m", "miniagent.lab.commands.classload"]
+        proc = real_popen([sys.executable, "-c", STAND_IN_LEARNER, *argv[3:]], **how)
+        started.append((argv, how, proc))
+        return proc
+
+    monkeypatch.setattr(classload.subprocess, "Popen", popen)
+    monkeypatch.setenv("MINIAGENT_LLM", "scripted")  # the teacher's shell: no learner inherits it
+    return started
+
+
+def test_a_level_starts_each_learner_with_its_share_and_counts_what_they_said(learners, tmp_path, monkeypatch):
+    monkeypatch.setattr(classload, "time", SimpleNamespace(time=lambda: 1000.0))
+    level = classload.run_level(2, "http://class:8000/v1", questions_each=3, settings={"decode": "greedy"},
+                                log_dir=tmp_path)
+    settings = {"llm": "openai", "openai_base_url": "http://class:8000/v1", "decode": "greedy"}
+    assert [argv[3:] for argv, _, _ in learners] == [
+        ["--set", str(DEFAULT_SET), "--items", "0,1,2", "--settings", json.dumps(settings)],
+        ["--set", str(DEFAULT_SET), "--items", "3,4,5", "--settings", json.dumps(settings)]]
+    for _, how, proc in learners:
+        assert how["stdin"] == how["stdout"] == subprocess.PIPE and how["text"] and how["start_new_session"]
+        assert not [k for k in how["env"] if k.startswith("MINIAGENT_")] and how["env"]["PATH"] == os.environ["PATH"]
+        assert not psutil.pid_exists(proc.pid), "each learner's group is killed and waited for"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["learner-2-0.log", "learner-2-1.log"]
+    assert (tmp_path / "learner-2-1.log").read_text(encoding="utf-8") == "a learner's own log line\n"
+    turns = [t for i in range(6) for t in (0.1237 * i, 0.2037)]
+    seconds = [0.5 + 1.0003 * i for i in range(6)]
+    assert level == {**level, "learners": 2, "questions": 6, "questions_each": [3, 3], "turns": 12,
+                     "turn_p50_s": round(percentile(turns, 0.5), 2), "turn_p95_s": round(percentile(turns, 0.95), 2),
+                     "run_p50_s": round(percentile(seconds, 0.5), 2), "run_p95_s": round(percentile(seconds, 0.95), 2),
+                     "answered": 4, "guard_stops": 2, "stop_reasons": {"turn_cap": 2, "answered": 4}, "correct": 3,
+                     "requests": 6, "settings": settings}
+    # from the go to the last learner's end: 7.123 s; 6 questions, 4 answers
+    assert (level["wall_s"], level["questions_per_min"], level["answers_per_min"]) == (7.1, 50.54, 33.69)
+    assert (level["turn_p50_s"], level["run_p95_s"]) == (0.2, 5.5)  # rounded to hundredths
+
+
+def test_without_a_server_every_learner_runs_the_local_model_and_the_set_is_split(learners, tmp_path, monkeypatch):
+    monkeypatch.setattr(classload.tempfile, "tempdir", str(tmp_path))  # the logs' own folder, made by the level
+    level = classload.run_level(3, None)
+    [log_dir] = tmp_path.glob("miniagent-class-*")
+    assert sorted(p.name for p in log_dir.iterdir()) == [f"learner-3-{i}.log" for i in range(3)]
+    n = len(load_eval_set(DEFAULT_SET))
+    shares = [argv[argv.index("--items") + 1] for argv, _, _ in learners]
+    assert shares == [",".join(map(str, range(i, n, 3))) for i in range(3)]
+    assert all(json.loads(argv[-1]) == {"llm": "llama"} for argv, _, _ in learners)
+    assert level["questions"] == n and level["questions_each"] == [len(s.split(",")) for s in shares]
+
+
+# --- one learner, in this process -----------------------------------------------------------------------------
+class StandInSession:
+    made: list = []
+
+    def __init__(self, config, trace):
+        self.config, self.trace = config, trace
+        self.model = SimpleNamespace(server=SimpleNamespace(requests=7))
+        StandInSession.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.closed = True
+
+    def ask(self, question):
+        for turn, latency in ((1, 0.25), (1, 0.5), (2, 0.125)):  # a turn continued once, then a second one
+            self.trace.emit("model_action", turn=turn, latency_s=latency)
+        self.trace.emit("model_action", turn=3, final=True, latency_s=1.0)
+        answer = "she went" if "go for she" in question else "no idea"
+        return SimpleNamespace(stop_reason="answered", answer=answer, stats=SimpleNamespace(seconds=1.5))
+
+
+def test_a_learner_says_it_is_ready_waits_for_the_class_and_reports_each_question(monkeypatch, capsys):
+    from miniagent.lab import session
+
+    StandInSession.made = []
+    monkeypatch.setattr(session, "TutorSession", StandInSession)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("go\n"))
+    monkeypatch.setenv("MINIAGENT_MAX_TURNS", "1")  # the learner's settings are the driver's, not its shell's
+    assert classload.learner_main(["--items", "0,1", "--settings", '{"llm": "scripted:oracle"}']) == 0
+    [made] = StandInSession.made
+    assert made.config.model.llm == "scripted:oracle" and made.config.tutor.max_turns == TutorConfig().max_turns
+    said = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert said[0] == {"ready": True} and made.closed
+    assert said[1:3] == [
+        {"item": 0, "stop_reason": "answered", "correct": True, "seconds": 1.5, "turn_latencies": [0.75, 0.125, 1.0]},
+        {"item": 1, "stop_reason": "answered", "correct": False, "seconds": 1.5, "turn_latencies": [0.75, 0.125, 1.0]}]
+    assert said[3]["requests"] == 7 and set(said[3]) == {"done_at", "requests"} and len(said) == 4
+
+
+def test_a_learner_on_a_backend_without_a_server_reports_no_requests(monkeypatch, capsys):
+    from miniagent.lab import session
+
+    monkeypatch.setattr(session, "TutorSession", StandInSession)
+    monkeypatch.setattr(StandInSession, "__init__", lambda self, config, trace: setattr(self, "trace", trace)
+                        or setattr(self, "model", object()))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("go\n"))
+    assert classload.learner_main(["--items", "", "--settings", "{}"]) == 0
+    said = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert said[0] == {"ready": True} and said[1]["requests"] == 0 and len(said) == 2
+
+
+# --- the class: levels against one server -------------------------------------------------------------------
+@pytest.mark.parametrize("server, base_url, kind, url", [
+    ("miniagent", None, "miniagent", "http://started/v1"), ("llama-cpp-python", None, "llama-cpp-python",
+                                                               "http://started/v1"),
+    ("local", None, "local", None), ("miniagent", "http://class:9/v1", "http://class:9/v1", "http://class:9/v1")])
+def test_each_level_runs_against_the_server_the_class_shares(monkeypatch, server, base_url, kind, url):
+    import contextlib
+
+    from miniagent.lab import model_server
+
+    levels, started, seen = [], [], []
+
+    @contextlib.contextmanager
+    def stand_in_server(name, model_path, log):
+        started.append((name, model_path, log.name))
+        yield "http://started/v1"
+
+    monkeypatch.setattr(model_server, "model_server", stand_in_server)
+    monkeypatch.setattr(classload, "run_level", lambda n, u, **how: levels.append((n, u, how)) or {"learners": n})
+    report = classload.class_load([1, 4], server=server, base_url=base_url, questions_each=2,
+                                  settings={"decode": "greedy"}, model_path="/m.gguf", on_level=seen.append)
+    assert started == ([(server, "/m.gguf", "server.log")] if url == "http://started/v1" else [])
+    assert [(n, u) for n, u, _ in levels] == [(1, url), (4, url)]
+    assert levels[0][2] == {"eval_set": DEFAULT_SET, "questions_each": 2, "settings": {"decode": "greedy"},
+                            "log_dir": levels[1][2]["log_dir"]}
+    log_dir = levels[0][2]["log_dir"]
+    assert log_dir.name.startswith("miniagent-class-") and str(log_dir) == report["logs"]
+    assert seen == [{"learners": 1}, {"learners": 4}] == report["levels"]
+    assert report == {**report, "server": kind, "cpus": classload.machine_cores(), "eval_set": str(DEFAULT_SET),
+                      "questions_each": 2, "settings": {"decode": "greedy"}, "busy_others": classload.BUSY_OTHERS}
