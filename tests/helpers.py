@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 import time
+
+from pathlib import Path
 
 import psutil
 
@@ -215,3 +218,13 @@ def printed(console, *, styles: bool = False) -> list[str]:
     with ``styles`` as rich wrote it, colour codes and all."""
     text = console.export_text(clear=False, styles=styles)
     return text.splitlines() if styles else [line.rstrip() for line in text.splitlines()]
+
+
+def repo_copy(dest: Path) -> Path:
+    """A copy of the repository's code, tests and breaks at ``dest``: what check-breaks and the learner's tasks
+    work on, for a test that changes it."""
+    root = Path(__file__).resolve().parents[1]
+    for folder in ("src", "tests", "breaks"):
+        shutil.copytree(root / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(root / "pyproject.toml", dest / "pyproject.toml")
+    return dest

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import repo_copy
 
 from miniagent.lab.learner import notebook
 from miniagent.lab.commands import experiment, maintainer, screen
@@ -175,17 +176,9 @@ def test_maintainer_check_every_break_applies_is_caught_shows_its_symptom_and_re
     assert maintainer.check_breaks(use_ci_models=True) == 0
 
 
-def _repo_copy(tmp_path: Path) -> Path:
-    tree = tmp_path / "repo"
-    for folder in ("src", "tests", "breaks"):
-        shutil.copytree(ROOT / folder, tree / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
-    return tree
-
-
 def test_check_breaks_fails_when_a_named_guard_test_no_longer_exists(tmp_path, capsys):
     """A renamed guard test makes pytest exit 4 against the broken copy: that must never read as "caught"."""
-    tree = _repo_copy(tmp_path)
+    tree = repo_copy(tmp_path / "repo")
     guards = tree / "tests" / "agent" / "test_guards.py"
     guards.write_text(guards.read_text().replace("def test_turn_cap_stops_a_model_that_never_answers(",
                                                  "def test_turn_cap_renamed(", 1))

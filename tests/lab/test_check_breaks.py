@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import printed, screen_console
+from helpers import printed, repo_copy, screen_console
 
 from miniagent.agent.config import TutorConfig
-from miniagent.lab.catalogue import ROOT, find
+from miniagent.lab.catalogue import find
 from miniagent.lab.commands import counterexamples, maintainer
 from miniagent.lab.harness.record import RunRecord
 
@@ -25,11 +24,7 @@ NO_CAP = find("no-cap")
 @pytest.fixture
 def tree(tmp_path):
     """A copy of the repository's code, tests and breaks: the check copies it again for each break."""
-    root = tmp_path / "repo"
-    for folder in ("src", "tests", "breaks"):
-        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
-    return root
+    return repo_copy(tmp_path / "repo")
 
 
 def shown(**fields) -> RunRecord:

@@ -7,25 +7,21 @@ the case where reset merges: it takes the intact and the broken files from the l
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import repo_copy
 
 from miniagent.lab.catalogue import BreakError, find
 from miniagent.lab.patching import apply_to_tree, reset_in_tree
 
-ROOT = Path(__file__).resolve().parents[2]
 GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
 
 
 @pytest.fixture
 def tree(tmp_path):
-    tree = tmp_path / "tree"
-    for folder in ("src", "breaks", "tests"):
-        shutil.copytree(ROOT / folder, tree / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    tree = repo_copy(tmp_path / "tree")
     subprocess.run("git init -q && git add -A", shell=True, cwd=tree, check=True)
     subprocess.run([*GIT, "commit", "-qm", "clone"], cwd=tree, check=True)
     return tree
