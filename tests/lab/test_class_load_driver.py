@@ -20,15 +20,31 @@ from miniagent.agent.config import TutorConfig
 from miniagent.lab.commands import classload
 from miniagent.lab.evaluation import DEFAULT_SET, load_eval_set, percentile
 
+REAL_POPEN = subprocess.Popen  # the learners fixture replaces subprocess.Popen itself
+
 STAND_IN_LEARNER = textwrap.dedent('''
-    import argparse, json, sys, time
+    import argparse, json, os, sys, time
     parser = argparse.ArgumentParser()
     for flag in ("--set", "--items", "--settings"):
         parser.add_argument(flag)
     args = parser.parse_args()
+    mode = os.environ.get("STAND_IN_MODE", "")  # how this learner misbehaves, if it does
+    if mode == "never ready":
+        print("Traceback: no MCP server", flush=True)
+        sys.exit(1)
     print(json.dumps({"ready": True}), flush=True)
-    print("a learner's own log line", file=sys.stderr, flush=True)
     assert sys.stdin.readline() == "go\\n"
+    if mode == "hangs":
+        time.sleep(60)
+    if mode == "says nothing":
+        sys.exit(0)
+    if mode == "no answers":  # every run stopped by a guard
+        for i in map(int, args.items.split(",")):
+            print(json.dumps({"item": i, "stop_reason": "turn_cap", "correct": False, "seconds": 1.0,
+                              "turn_latencies": [0.5]}), flush=True)
+        print(json.dumps({"done_at": float(os.environ["STAND_IN_DONE_AT"]), "requests": 1}), flush=True)
+        sys.exit(0)
+    print("a learner's own log line", file=sys.stderr, flush=True)
     for i in map(int, args.items.split(",")):
         print(json.dumps({"item": i, "stop_reason": "answered" if i % 3 else "turn_cap", "correct": i % 2 == 0,
                           "seconds": 0.5 + 1.0003 * i, "turn_latencies": [0.1237 * i, 0.2037]}), flush=True)
@@ -92,6 +108,76 @@ def test_without_a_server_every_learner_runs_the_local_model_and_the_set_is_spli
     assert level["questions"] == n and level["questions_each"] == [len(s.split(",")) for s in shares]
 
 
+def test_the_95th_percentile_of_the_runs_is_not_their_slowest(learners, tmp_path, monkeypatch):
+    monkeypatch.setattr(classload, "time", SimpleNamespace(time=lambda: 1000.0))
+    level = classload.run_level(2, "http://class:8000/v1", questions_each=7, log_dir=tmp_path)
+    seconds = sorted(0.5 + 1.0003 * i for i in range(14))
+    assert level["questions"] == 14 and level["run_p95_s"] == round(seconds[12], 2) != round(seconds[13], 2)
+
+
+def test_a_class_without_an_answer_counts_none_and_a_class_that_took_no_time_has_no_rate(learners, tmp_path,
+                                                                                          monkeypatch):
+    monkeypatch.setattr(classload, "time", SimpleNamespace(time=lambda: 1000.0))
+    monkeypatch.setenv("STAND_IN_MODE", "no answers")
+    monkeypatch.setenv("STAND_IN_DONE_AT", "1030.0")
+    level = classload.run_level(2, "http://class:8000/v1", questions_each=2, log_dir=tmp_path)
+    assert (level["answered"], level["guard_stops"], level["stop_reasons"]) == (0, 4, {"turn_cap": 4})
+    assert (level["wall_s"], level["questions_per_min"], level["answers_per_min"]) == (30.0, 8.0, 0.0)
+    monkeypatch.setenv("STAND_IN_DONE_AT", "1000.0")  # over the moment it started
+    level = classload.run_level(2, "http://class:8000/v1", questions_each=2, log_dir=tmp_path)
+    assert (level["wall_s"], level["questions_per_min"], level["answers_per_min"]) == (0.0, 0.0, 0.0)
+
+
+def test_learners_that_never_say_they_are_done_leave_the_wall_time_unknown(learners, tmp_path, monkeypatch):
+    import math
+
+    monkeypatch.setenv("STAND_IN_MODE", "says nothing")
+    level = classload.run_level(2, "http://class:8000/v1", log_dir=tmp_path)
+    assert math.isnan(level["wall_s"]) and level["questions"] == 0 and level["requests"] == 0
+
+
+def test_a_learner_that_does_not_start_stops_the_level_and_names_its_log(learners, tmp_path, monkeypatch):
+    monkeypatch.setenv("STAND_IN_MODE", "never ready")
+    with pytest.raises(RuntimeError) as err:
+        classload.run_level(2, "http://class:8000/v1", log_dir=tmp_path)
+    assert str(err.value) == f"a learner did not start (see {tmp_path}): 'Traceback: no MCP server\\n'"
+    assert len(learners) == 1 and not psutil.pid_exists(learners[0][2].pid)
+
+
+def test_a_level_past_its_bound_is_stopped_and_every_learner_reaped(learners, tmp_path, monkeypatch):
+    """Each learner gets what is left of the level's bound, and at least a second."""
+    clock = iter([1000.0, 1000.0 + classload.LEVEL_TIMEOUT_S - 0.25, 1000.0 + classload.LEVEL_TIMEOUT_S + 9])
+    monkeypatch.setattr(classload, "time", SimpleNamespace(time=lambda: next(clock)))
+    monkeypatch.setenv("STAND_IN_MODE", "hangs")
+    waited = []
+    real_communicate = REAL_POPEN.communicate
+
+    def communicate(proc, timeout=None):
+        waited.append(timeout)
+        return real_communicate(proc, timeout=min(timeout, 0.25))  # the bound as given, but short for the test
+
+    monkeypatch.setattr(REAL_POPEN, "communicate", communicate)
+    with pytest.raises(subprocess.TimeoutExpired):
+        classload.run_level(2, "http://class:8000/v1", log_dir=tmp_path)
+    assert waited == [1.0]
+    assert all(not psutil.pid_exists(proc.pid) for _, _, proc in learners)
+
+
+def test_a_level_waits_for_each_learner_only_what_is_left_of_its_bound(learners, tmp_path, monkeypatch):
+    times = iter([1000.0, 1010.0, 1000.0 + classload.LEVEL_TIMEOUT_S + 9])
+    monkeypatch.setattr(classload, "time", SimpleNamespace(time=lambda: next(times, 1000.0)))
+    waited = []
+    real_communicate = REAL_POPEN.communicate
+
+    def communicate(proc, timeout=None):
+        waited.append(timeout)
+        return real_communicate(proc, timeout=60)
+
+    monkeypatch.setattr(REAL_POPEN, "communicate", communicate)
+    classload.run_level(2, "http://class:8000/v1", questions_each=1, log_dir=tmp_path)
+    assert waited == [classload.LEVEL_TIMEOUT_S - 10, 1.0]  # at least a second, even past the bound
+
+
 # --- one learner, in this process -----------------------------------------------------------------------------
 class StandInSession:
     made: list = []
@@ -110,7 +196,7 @@ class StandInSession:
     def ask(self, question):
         for turn, latency in ((1, 0.25), (1, 0.5), (2, 0.125)):  # a turn continued once, then a second one
             self.trace.emit("model_action", turn=turn, latency_s=latency)
-        self.trace.emit("model_action", turn=3, final=True, latency_s=1.0)
+        self.trace.emit("model_action", turn=None, final=True, latency_s=1.0)  # the final round: no turn number
         answer = "she went" if "go for she" in question else "no idea"
         return SimpleNamespace(stop_reason="answered", answer=answer, stats=SimpleNamespace(seconds=1.5))
 
@@ -175,3 +261,124 @@ def test_each_level_runs_against_the_server_the_class_shares(monkeypatch, server
     assert seen == [{"learners": 1}, {"learners": 4}] == report["levels"]
     assert report == {**report, "server": kind, "cpus": classload.machine_cores(), "eval_set": str(DEFAULT_SET),
                       "questions_each": 2, "settings": {"decode": "greedy"}, "busy_others": classload.BUSY_OTHERS}
+
+
+# --- one learner's command line ------------------------------------------------------------------------------------
+def test_a_learner_started_without_its_share_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        classload.learner_main(["--settings", "{}"])
+    assert exit_.value.code == 2
+    assert "miniagent.lab.commands.classload: error: the following arguments are required: --items" in \
+        capsys.readouterr().err
+
+
+def test_a_learners_flags_are_explained(capsys):
+    with pytest.raises(SystemExit):
+        classload.learner_main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert said.startswith("usage: miniagent.lab.commands.classload [-h] [--set EVAL_SET] --items ITEMS")
+    assert "--items ITEMS comma-separated question indices" in said
+    assert ("--settings SETTINGS settings (of any wing: the loop, the model, the server faults) as a JSON object"
+            in said)
+
+
+def test_a_learner_reads_the_set_it_is_given_with_the_default_settings_and_keeps_its_log_quiet(monkeypatch, capsys,
+                                                                                             tmp_path):
+    import logging
+
+    from miniagent.lab import session
+    from miniagent.settings import load_config
+
+    StandInSession.made = []
+    monkeypatch.setattr(session, "TutorSession", StandInSession)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("go\n"))
+    own = tmp_path / "mine.jsonl"
+    own.write_text(json.dumps({"question": "What is the past simple of go for she?", "accept": ["she went"]}) + "\n")
+    quiet = logging.getLogger("miniagent")
+    monkeypatch.setattr(quiet, "level", logging.INFO)
+    assert classload.learner_main(["--set", str(own), "--items", "0"]) == 0
+    assert StandInSession.made[0].config == load_config(cli={}, env={})
+    assert json.loads(capsys.readouterr().out.splitlines()[1])["correct"] is True  # the set's one question
+    assert quiet.level == logging.WARNING  # a learner's log is its errors, not every turn
+
+
+# --- the class's report --------------------------------------------------------------------------------------------
+def test_the_report_says_when_and_on_how_busy_a_machine_the_class_ran(monkeypatch):
+    import contextlib
+    import re
+
+    from miniagent.lab import model_server
+
+    started = []
+
+    @contextlib.contextmanager
+    def stand_in_server(name, model_path, log):
+        started.append(name)
+        yield "http://started/v1"
+
+    class Others:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def mean(self):
+            return 37.5
+
+    monkeypatch.setattr(model_server, "model_server", stand_in_server)
+    monkeypatch.setattr(classload, "run_level", lambda n, u, **how: {"learners": n})
+    monkeypatch.setattr(classload, "OthersSampler", Others)
+    monkeypatch.setattr(classload, "load_average", lambda: 1.25)
+    report = classload.class_load([1])
+    assert started == ["miniagent"] and report["server"] == "miniagent"  # the lab's own server by default
+    assert (report["load_before"], report["others_cpu_mean"], report["busy_others"]) == (1.25, 37.5, 50.0)
+    assert re.fullmatch(r"20\d\d-[01]\d-[0-3]\d [0-2]\d:[0-5]\d", report["measured_at"]), report["measured_at"]
+    assert set(report) == {"server", "cpus", "eval_set", "questions_each", "settings", "levels", "logs",
+                           "load_before", "others_cpu_mean", "busy_others", "measured_at"}
+
+
+class StandInTree:
+    def __init__(self, pid):
+        assert pid == os.getpid()  # the class's whole tree: this driver and what it started
+        self.n = 0
+
+    def sample(self):
+        self.n += 1
+        if self.n == 2:
+            raise psutil.NoSuchProcess(123)  # a learner gone between two readings
+        return 10.0 * self.n, 0.0, 1
+
+
+class StandInMachine:
+    seen: list = []
+    enough = None  # a threading.Event: set at the third reading
+
+    def sample(self, tree_cpu):
+        StandInMachine.seen.append(tree_cpu)
+        if len(StandInMachine.seen) == 3:
+            StandInMachine.enough.set()
+        return 100.0 - tree_cpu
+
+
+def test_other_programs_cpu_is_sampled_until_the_class_ends_and_a_lost_sample_is_skipped(monkeypatch):
+    import threading
+
+    StandInMachine.seen, StandInMachine.enough = [], threading.Event()
+    monkeypatch.setattr(classload, "TreeSampler", StandInTree)
+    monkeypatch.setattr(classload, "MachineLoad", StandInMachine)
+    sampler = classload.OthersSampler(interval_s=0.01)
+    assert sampler._thread.name == "others-cpu" and sampler._thread.daemon  # never keeps a stopped class alive
+    with sampler:
+        assert StandInMachine.enough.wait(timeout=60), "three samples"
+    assert not sampler._thread.is_alive()
+    assert sampler.samples[:3] == [90.0, 70.0, 60.0]  # the tree's 10, 30 and 40 %: the second reading was lost
+    assert classload.OthersSampler().interval_s == 1.0
+
+
+@pytest.mark.parametrize("samples, mean", [([], None), ([10.0], 10.0), ([10.0, 20.0, 40.0], 23.3),
+                                           ([1.04, 1.05], 1.0), ([0.26, 0.25], 0.3)])
+def test_the_mean_of_the_samples_has_one_decimal(samples, mean):
+    sampler = classload.OthersSampler()
+    sampler.samples = samples
+    assert sampler.mean() == mean

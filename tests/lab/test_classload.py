@@ -92,6 +92,98 @@ def test_a_busy_machine_is_said_plainly(before, others, busy):
     assert ("not sampled" in classload.markdown(r, "en")) is (others is None)
 
 
+@pytest.mark.parametrize("others, busy_others, busy", [(50.0, 50.0, False), (50.1, 50.0, True), (20.0, 10.0, True),
+                                                      (9.0, 10.0, False)])
+def test_other_programs_disturb_a_class_only_above_the_reports_own_threshold(others, busy_others, busy):
+    assert classload.disturbed(report(others_cpu_mean=others, busy_others=busy_others)) is busy
+
+
+def test_a_report_without_a_threshold_uses_the_labs():
+    r = report(others_cpu_mean=classload.BUSY_OTHERS + 1)
+    del r["busy_others"]
+    assert classload.disturbed(r) is True
+    r["others_cpu_mean"] = classload.BUSY_OTHERS
+    assert classload.disturbed(r) is False
+
+
+@pytest.mark.parametrize("before, cpus, busy", [(1.0, 2, False), (1.01, 2, True), (3.0, 8, False), (4.5, 8, True),
+                                                (0.75, None, True), (0.5, None, False), (0.8, 2, False)])
+def test_an_unsampled_report_is_disturbed_when_the_load_before_passed_half_its_cores(before, cpus, busy):
+    assert classload.disturbed(report(others_cpu_mean=None, load_before=before, cpus=cpus)) is busy
+
+
+@pytest.mark.parametrize("lang, others, before, line", [
+    ("en", 12.0, 0.1, "Other programs used 12 % of one core on average during the class (1-minute load average "
+                      "before it: 0.1): these figures are the class's own."),
+    ("en", 75.5, 1.6, "**The machine was busy**: other programs used 75.5 % of one core on average during the class "
+                      "(1-minute load average before it: 1.6, on 4 cores). They took CPU from the class (its "
+                      "learners, and its server if it had one), so these figures are disturbed."),
+    ("en", None, 0.3, "Other programs' CPU was not sampled during this class; the 1-minute load average before it "
+                      "was 0.3 on 4 cores."),
+    ("en", None, 2.5, "Other programs' CPU was not sampled during this class; the 1-minute load average before it "
+                      "was 2.5 on 4 cores, so these figures may be disturbed."),
+    ("es", None, 2.5, "No se midió la CPU de otros programas durante esta clase; la carga media de 1 minuto antes de "
+                      "empezar era 2,5 con 4 núcleos, así que estas cifras pueden estar alteradas."),
+])
+def test_the_machine_line_says_what_was_measured_and_what_it_means(lang, others, before, line):
+    assert classload.markdown(report(others_cpu_mean=others, load_before=before, cpus=4), lang).splitlines()[1] == line
+
+
+def test_the_settings_the_share_and_the_guards_are_listed_in_full():
+    r = report(settings={"decode": "greedy", "max_turns": 4}, questions_each=3,
+               levels=[level(stop_reasons={"answered": 27, "wall_clock": 2, "turn_cap": 1})])
+    intro, _, _, _, _, row = classload.markdown(r).splitlines()
+    assert "`decode=greedy`, `max_turns=4`" in intro and intro.endswith(", 3 questions per learner; `decode=greedy`, `max_turns=4`."), intro
+    assert row == "| 4 | 30 | 181 | 9.0 | 3.2 / 9.8 | 12.0 / 20.1 | 27 | `turn_cap` 1, `wall_clock` 2 | 24/30 |"
+
+
+def test_a_report_from_before_turns_were_counted_still_shows_its_latencies():
+    old = level()
+    del old["turns"]
+    assert "| 3.2 / 9.8 |" in classload.markdown(report(levels=[old]))
+
+
+def test_a_level_that_took_no_time_has_no_rate():
+    """A level every learner of which failed at once (its wall time rounds to 0 s): no answers per minute."""
+    assert "| 4 | 30 | 0 | 0.0 | 3.2 / 9.8 |" in classload.markdown(report(levels=[level(wall_s=0.0)]))
+
+
+def test_a_class_saved_again_is_byte_for_byte_what_the_docs_hold(tmp_path):
+    """Redrawing a report must not touch the docs: the JSON as it was written, both tables in UTF-8."""
+    from miniagent.lab.catalogue import ROOT
+
+    saved = sorted((ROOT / "docs_results").glob("class-load-*.json"))
+    assert saved
+    for path in saved:
+        name = path.stem.removeprefix("class-load-")
+        again = classload.save(json.loads(path.read_text(encoding="utf-8")), tmp_path / "new" / "folder", name)
+        for old, new in zip((path, path.with_suffix(".md"), path.with_suffix(".es.md")), again):
+            assert new.read_bytes() == old.read_bytes(), old.name
+
+
+def test_a_path_outside_the_project_is_shown_whole(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sets").mkdir()
+    assert classload._shown(tmp_path / "sets" / "mine.jsonl") == "sets/mine.jsonl"
+    assert classload._shown("/somewhere/else.jsonl") == "/somewhere/else.jsonl"
+
+
+def test_a_learner_line_is_flushed_at_once(monkeypatch):
+    """The driver waits for each line on a pipe: a line left in the learner's buffer would never arrive."""
+    import io
+
+    class Pipe(io.StringIO):
+        flushed = 0
+
+        def flush(self):
+            self.flushed += 1
+
+    pipe = Pipe()
+    monkeypatch.setattr("sys.stdout", pipe)
+    classload._say({"ready": True})
+    assert pipe.getvalue() == '{"ready": true}\n' and pipe.flushed == 1
+
+
 def test_save_writes_the_report_and_a_table_per_language(tmp_path):
     paths = classload.save(report(), tmp_path, "demo")
     assert [p.name for p in paths] == ["class-load-demo.json", "class-load-demo.md", "class-load-demo.es.md"]
@@ -122,21 +214,28 @@ def test_a_small_class_reaps_every_learner(server):
 
 
 @pytest.mark.parametrize("script, says", [
-    ("import time; time.sleep(30)", "was not ready within 0.5 s"),
-    ("print('Traceback: the MCP server did not start', flush=True)", "did not start"),
-    ("pass", "did not start"),
+    ("import time; time.sleep(3600)", "was not ready within 0.5 s (see {dir}): ''"),
+    ("print('Traceback: the MCP server did not start', flush=True)",
+     "did not start (see {dir}): 'Traceback: the MCP server did not start\\n'"),
+    ("pass", "did not start (see {dir}): ''"),
 ])
 def test_a_learner_that_does_not_get_ready_is_named_within_its_bound(tmp_path, script, says):
+    """A learner that says nothing is given up on at the bound, not waited for until it speaks or exits."""
     import subprocess
     import sys
+    from concurrent.futures import ThreadPoolExecutor
 
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pool = ThreadPoolExecutor(max_workers=1)
     try:
-        with pytest.raises(RuntimeError, match=f"a learner {says} \\(see {tmp_path}\\)"):
-            classload._wait_until_ready(proc, tmp_path, timeout_s=0.5)
+        waiting = pool.submit(classload._wait_until_ready, proc, tmp_path, timeout_s=0.5)
+        with pytest.raises(RuntimeError) as err:
+            waiting.result(timeout=60)  # far past the bound: only a wait that ignores it gets here
+        assert str(err.value) == "a learner " + says.format(dir=tmp_path)
     finally:
-        proc.kill()
+        proc.kill()  # also ends a wait that ignored its bound
         proc.wait()
+        pool.shutdown()
 
 
 def test_a_learner_that_says_it_is_ready_is_waited_for_no_longer(tmp_path):

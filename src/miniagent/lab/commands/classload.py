@@ -83,7 +83,7 @@ def turn_latencies(events: list[dict]) -> list[float]:
     turns: dict[int | None, float] = {}
     for event in events:
         if event["event"] == "model_action":
-            key = None if event.get("final") else event["turn"]
+            key = event["turn"]  # None: the final round (the loop numbers no turn there)
             turns[key] = turns.get(key, 0.0) + event["latency_s"]
     return list(turns.values())
 
