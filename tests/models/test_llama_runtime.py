@@ -373,9 +373,15 @@ def test_masked_decoding_ends_at_the_quote_and_gives_the_string_with_its_closing
     allowed[stop] = True
     logits = plain_logits(weights, prompt + [stop])
     assert logits[quote] > logits[stop], "the model must prefer to close the string here"
+    rt.sync(prompt)
+    evaluated = rt.evaluated
     decoded = rt.decode_masked(prompt, allowed, quote, max_tokens=4)
     assert decoded == llama_runtime.Decoded('."', [stop, quote], True)
-    assert rt.tokens == prompt + [stop, quote], "the quote is in the cache, fed as the model chose it"
+    # the quote is chosen but not evaluated: nothing reads the logits after it, and the next prompt brings it
+    assert rt.tokens == prompt + [stop] and rt.evaluated == evaluated + 1
+    after = rt.vocab.tokenize('", "tense": "')
+    rt.sync(prompt + [stop] + after)
+    assert rt.tokens == prompt + [stop] + after and rt.evaluated == evaluated + 1 + len(after)
 
 
 @pytest.mark.real_model
@@ -384,9 +390,12 @@ def test_masked_decoding_cut_at_max_tokens_is_not_finished(rt):
     quote = rt.vocab.tokenize('"')[0]
     allowed = np.zeros(rt.n_vocab, dtype=bool)
     allowed[rt.vocab.tokenize(" la")] = True  # the quote is never likelier than an endless " la la la"?
+    rt.sync(prompt)
+    evaluated = rt.evaluated
     decoded = rt.decode_masked(prompt, allowed, quote, max_tokens=1)
     assert decoded.finished is False and len(decoded.tokens) == 1 and decoded.tokens[0] != quote
     assert decoded.text == rt.vocab.detokenize(decoded.tokens)
+    assert rt.tokens == prompt and rt.evaluated == evaluated, "the last token allowed: nothing reads what follows"
 
 
 @pytest.mark.real_model
