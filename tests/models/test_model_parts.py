@@ -104,3 +104,37 @@ def test_a_refused_request_keeps_its_status():
 
     refused = RequestRefused("the model server answered HTTP 404: gone", 404)
     assert (str(refused), refused.status) == ("the model server answered HTTP 404: gone", 404)
+
+
+class PiecesModel:
+    """What a vocabulary reads of a model: its size and each token's text (counted: each read is a llama.cpp call)."""
+
+    reads = 0
+
+    def n_vocab(self):
+        return 4
+
+    def token_to_piece(self, token):
+        PiecesModel.reads += 1
+        return [b"go", b"Go", b'"', b" went\0"][token]
+
+
+def test_a_model_files_masks_are_computed_once_in_a_process_and_still_saved_where_asked(tmp_path):
+    from miniagent.models.vocabulary import Vocabulary
+
+    model_file = tmp_path / "model.gguf"
+    model_file.write_bytes(b"weights")
+    PiecesModel.reads = 0
+    first = Vocabulary(PiecesModel(), str(model_file)).masks(None)
+    assert PiecesModel.reads == 4
+    assert first["word"].tolist() == [True, False, False, False]  # a lowercase word, and nothing else
+    assert first["text"].tolist() == [True, True, False, True]  # whatever a JSON string holds as it is
+    again = Vocabulary(PiecesModel(), str(model_file)).masks(tmp_path / "cache")
+    assert PiecesModel.reads == 4, "the same file: its masks are not read token by token again"
+    assert len(list((tmp_path / "cache").glob("masks-*.npz"))) == 1, "a cache folder still gets its file"
+    assert all(again[name].tolist() == first[name].tolist() for name in first)
+    with pytest.raises(ValueError):
+        first["word"][0] = False  # shared: nobody may change them
+    model_file.write_bytes(b"other weights")  # another file (another size)
+    Vocabulary(PiecesModel(), str(model_file)).masks(None)
+    assert PiecesModel.reads == 8

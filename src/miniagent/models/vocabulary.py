@@ -36,12 +36,23 @@ class Vocabulary:
         """Boolean masks over the vocabulary: lowercase-word tokens, and string-safe tokens (kept in ``cache_dir``
         when one is given)."""
         path = None
+        model_file = (self.path, os.path.getsize(self.path))
         if cache_dir is not None:
-            key = hashlib.sha256(repr((self.path, os.path.getsize(self.path))).encode()).hexdigest()
+            key = hashlib.sha256(repr(model_file).encode()).hexdigest()
             path = Path(cache_dir) / f"masks-{key[:24]}.npz"
             if path.is_file():
                 with np.load(path) as data:
                     return {name: data[name] for name in data.files}
+        masks = _COMPUTED.get(model_file) or self._compute_masks()
+        _COMPUTED[model_file] = masks
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            scratch = path.with_suffix(f".{os.getpid()}.tmp.npz")
+            np.savez(scratch, **masks)
+            os.replace(scratch, path)
+        return masks
+
+    def _compute_masks(self) -> dict[str, np.ndarray]:
         pieces = [self.model.token_to_piece(i).rstrip(b"\0").decode("utf-8", errors="replace")
                   for i in range(self.size)]
         masks = {
@@ -49,9 +60,12 @@ class Vocabulary:
             "text": np.array([bool(p) and "\ufffd" not in p and not any(c in p for c in '"\\\n\r\t')
                               and p.isprintable() for p in pieces]),
         }
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            scratch = path.with_suffix(f".{os.getpid()}.tmp.npz")
-            np.savez(scratch, **masks)
-            os.replace(scratch, path)
+        for mask in masks.values():
+            mask.flags.writeable = False  # shared by every vocabulary of the same file in this process
         return masks
+
+
+# Masks computed in this process, per model file (path, size): reading 262k token pieces through llama.cpp costs
+# about a second, and a process that opens several backends without a cache folder (a class's tests, a teacher's
+# checks) would pay it for each.
+_COMPUTED: dict[tuple[str, int], dict[str, np.ndarray]] = {}
