@@ -110,31 +110,74 @@ class PiecesModel:
     """What a vocabulary reads of a model: its size and each token's text (counted: each read is a llama.cpp call)."""
 
     reads = 0
+    PIECES = [b"go", b"Go", b'"', b" went\0", b"XX", b"\xff", b"tab\t"]
 
     def n_vocab(self):
-        return 4
+        return len(self.PIECES)
 
     def token_to_piece(self, token):
         PiecesModel.reads += 1
-        return [b"go", b"Go", b'"', b" went\0"][token]
+        return self.PIECES[token]
 
 
-def test_a_model_files_masks_are_computed_once_in_a_process_and_still_saved_where_asked(tmp_path):
+def test_a_model_files_masks_are_computed_once_in_a_process_and_still_saved_where_asked(tmp_path, monkeypatch):
+    import re
+
+    from miniagent.models import vocabulary
     from miniagent.models.vocabulary import Vocabulary
 
-    model_file = tmp_path / "model.gguf"
+    monkeypatch.setattr(vocabulary, "_COMPUTED", {})
+    model_file, cache = tmp_path / "model.gguf", tmp_path / "cache" / "folder"
     model_file.write_bytes(b"weights")
     PiecesModel.reads = 0
     first = Vocabulary(PiecesModel(), str(model_file)).masks(None)
-    assert PiecesModel.reads == 4
-    assert first["word"].tolist() == [True, False, False, False]  # a lowercase word, and nothing else
-    assert first["text"].tolist() == [True, True, False, True]  # whatever a JSON string holds as it is
-    again = Vocabulary(PiecesModel(), str(model_file)).masks(tmp_path / "cache")
-    assert PiecesModel.reads == 4, "the same file: its masks are not read token by token again"
-    assert len(list((tmp_path / "cache").glob("masks-*.npz"))) == 1, "a cache folder still gets its file"
+    assert PiecesModel.reads == 7
+    assert first["word"].tolist() == [True, False, False, False, False, False, False]  # a lowercase word only
+    # whatever a JSON string holds as it is: not a quote, a control character or a byte that is not UTF-8
+    assert first["text"].tolist() == [True, True, False, True, True, False, False]
+    again = Vocabulary(PiecesModel(), str(model_file)).masks(cache)
+    assert PiecesModel.reads == 7, "the same file: its masks are not read token by token again"
+    [saved] = cache.glob("*")
+    assert re.fullmatch(r"masks-[0-9a-f]{24}\.npz", saved.name), "the name earlier versions gave it"
     assert all(again[name].tolist() == first[name].tolist() for name in first)
     with pytest.raises(ValueError):
         first["word"][0] = False  # shared: nobody may change them
-    model_file.write_bytes(b"other weights")  # another file (another size)
-    Vocabulary(PiecesModel(), str(model_file)).masks(None)
-    assert PiecesModel.reads == 8
+    monkeypatch.setattr(vocabulary, "_COMPUTED", {})  # a new process: the file is read, not the tokens
+    loaded = Vocabulary(PiecesModel(), str(model_file)).masks(cache)
+    assert PiecesModel.reads == 7 and all(loaded[name].tolist() == first[name].tolist() for name in first)
+    model_file.write_bytes(b"other weights")  # another file (another size): its own masks, its own cache file
+    Vocabulary(PiecesModel(), str(model_file)).masks(cache)
+    assert PiecesModel.reads == 14 and len(list(cache.glob("masks-*.npz"))) == 2
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    """The real tokenizer, read from the model file without its weights (as the openai backend reads it)."""
+    from llama_cpp import _internals as internals
+
+    from miniagent.models.llama_params import vocab_only_params
+    from miniagent.models.llama_runtime import default_model_path
+    from miniagent.models.vocabulary import Vocabulary
+
+    model = internals.LlamaModel(path_model=default_model_path(), params=vocab_only_params(), verbose=False)
+    yield Vocabulary(model, default_model_path())
+    model.close()
+
+
+@pytest.mark.real_model
+def test_a_question_that_spells_a_special_token_is_still_text(vocab):
+    """A learner's `<eos>` is four characters, never the end of the model's text (nor its start: `<bos>`)."""
+    tokens = vocab.tokenize("<eos> hi <bos>")
+    assert len(tokens) > 3 and vocab.detokenize(tokens) == "<eos> hi <bos>"
+    with_bos = vocab.tokenize("hi", bos=True)
+    assert len(with_bos) == 2 and with_bos[1:] == vocab.tokenize("hi")
+    assert vocab.detokenize(with_bos) == "hi", "the model's own start token is not text"
+
+
+@pytest.mark.real_model
+def test_a_token_that_is_part_of_a_character_reads_as_a_replacement_or_as_nothing(vocab):
+    parts = vocab.tokenize("ꙮ")  # a rare character: three byte tokens
+    assert len(parts) == 3 and vocab.detokenize(parts) == "ꙮ"
+    assert vocab.detokenize(parts[:1]) == "\ufffd", "half a character is shown as such, never an exception"
+    assert vocab.piece(parts[0]) == "", "a server names a token by its whole characters: here, none"
+    assert vocab.piece(vocab.tokenize("go")[0]) == "go" and vocab.piece(parts[0]) == ""  # asked twice: kept
