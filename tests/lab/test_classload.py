@@ -213,13 +213,14 @@ def test_a_small_class_reaps_every_learner(server):
     assert not left, f"left behind: {[p.cmdline() for p in left]}"
 
 
-@pytest.mark.parametrize("script, says", [
-    ("import time; time.sleep(3600)", "was not ready within 0.5 s (see {dir}): ''"),
-    ("print('Traceback: the MCP server did not start', flush=True)",
+@pytest.mark.parametrize("script, bound, says", [
+    ("import time; time.sleep(3600)", 0.5, "was not ready within 0.5 s (see {dir}): ''"),
+    # a learner that speaks or exits is judged by what it did, however long its start took on a busy machine
+    ("print('Traceback: the MCP server did not start', flush=True)", 60,
      "did not start (see {dir}): 'Traceback: the MCP server did not start\\n'"),
-    ("pass", "did not start (see {dir}): ''"),
+    ("pass", 60, "did not start (see {dir}): ''"),
 ])
-def test_a_learner_that_does_not_get_ready_is_named_within_its_bound(tmp_path, script, says):
+def test_a_learner_that_does_not_get_ready_is_named_within_its_bound(tmp_path, script, bound, says):
     """A learner that says nothing is given up on at the bound, not waited for until it speaks or exits."""
     import subprocess
     import sys
@@ -228,9 +229,9 @@ def test_a_learner_that_does_not_get_ready_is_named_within_its_bound(tmp_path, s
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     pool = ThreadPoolExecutor(max_workers=1)
     try:
-        waiting = pool.submit(classload._wait_until_ready, proc, tmp_path, timeout_s=0.5)
+        waiting = pool.submit(classload._wait_until_ready, proc, tmp_path, timeout_s=bound)
         with pytest.raises(RuntimeError) as err:
-            waiting.result(timeout=60)  # far past the bound: only a wait that ignores it gets here
+            waiting.result(timeout=120)  # far past the bound: only a wait that ignores it gets here
         assert str(err.value) == "a learner " + says.format(dir=tmp_path)
     finally:
         proc.kill()  # also ends a wait that ignored its bound
