@@ -26,18 +26,12 @@ def outcome(stop_reason="answered", turns=2, calls=None) -> str:
 
 # --- the docs' tables --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("saved", sorted((ROOT / "docs_results").glob("bench-*.json")), ids=lambda p: p.stem)
-def test_the_docs_tables_are_their_json_rendered_again(saved):
-    """One source of truth: each saved table is what c_markdown makes of its JSON today, in both languages."""
-    name = saved.stem.removeprefix("bench-")
-    figures = json.loads(saved.read_text(encoding="utf-8"))
-    assert (saved.parent / f"bench-{name}.md").read_text(encoding="utf-8") == bench.c_markdown(figures, name, "en")
-    assert (saved.parent / f"bench-{name}.es.md").read_text(encoding="utf-8") == bench.c_markdown(figures, name, "es")
-
-
 def test_the_docs_figures_saved_again_are_byte_for_byte_what_the_docs_hold(tmp_path):
-    """Saving a measurement's figures again must not touch the docs: the JSON as written, both tables."""
-    for saved in sorted((ROOT / "docs_results").glob("bench-*.json")):
+    """One source of truth: saving a measurement's figures again must not touch the docs (the JSON as written, and
+    both tables as c_markdown draws them today)."""
+    measured = sorted((ROOT / "docs_results").glob("bench-*.json"))
+    assert len(measured) >= 2
+    for saved in measured:
         name = saved.stem.removeprefix("bench-")
         again = bench.save_c(json.loads(saved.read_text(encoding="utf-8")), tmp_path, name)
         for old, new in zip((saved, saved.with_suffix(".md"), saved.with_suffix(".es.md")), again):
