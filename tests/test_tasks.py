@@ -109,6 +109,23 @@ def test_the_suite_runs_in_parallel_then_the_serial_tests_and_exits_with_one_sta
     assert "-n " not in serial and "-p no:xdist" in serial and "-m serial" in serial
 
 
+def test_pytest_loads_the_plugins_the_project_names_and_rewrites_no_installed_package(pytestconfig):
+    """The suite's plugins come by name (pyproject's addopts), none by autoload, so pytest rewrites the asserts of
+    no third-party package: without .pyc files (PYTHONDONTWRITEBYTECODE) it would redo that in every pytest
+    process the suite starts. A plugin the command line blocks (`-p no:timeout`, as mutmut's runs do) stays out."""
+    from _pytest.assertion.rewrite import AssertionRewritingHook
+    import anyio
+    import hypothesis
+
+    manager = pytestconfig.pluginmanager
+    loaded = {name for name, plugin in manager.list_name_plugin() if plugin is not None}
+    named = {"xdist", "timeout", "hypothesispytest"}
+    assert {name for name in named if not manager.is_blocked(name)} <= loaded
+    assert not {"anyio", "platformdirs", "xdist.looponfail"} & loaded
+    for package in (hypothesis, anyio):
+        assert not isinstance(package.__loader__, AssertionRewritingHook), package.__name__
+
+
 @pytest.mark.parametrize("first", [2, 3, 4, 130, -signal.SIGSEGV])
 def test_an_interrupted_broken_or_crashed_first_pass_ends_the_suite(first):
     c = PassesContext(first, 0)
