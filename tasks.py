@@ -486,11 +486,7 @@ def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questi
         _refuse(f"no server named {server!r}: choose one of {', '.join(choices)}, or give --base-url")
 
     def show(level):
-        console.print(f"{level['learners']:>3} learners: {level['questions']} questions in {level['wall_s']:.0f} s "
-                      f"({level['questions_per_min']:.1f}/min, {level['answers_per_min']:.1f} answers/min), turn p50/p95 {level['turn_p50_s']:.1f}/"
-                      f"{level['turn_p95_s']:.1f} s, run p50/p95 {level['run_p50_s']:.1f}/{level['run_p95_s']:.1f} s, "
-                      f"answered {level['answered']}, guard stops {level['guard_stops']} {level['stop_reasons']}, "
-                      f"correct {level['correct']}/{level['questions']}, {level['requests']} requests", highlight=False)
+        console.print(classload.level_line(level), highlight=False)
 
     report = classload.class_load(sizes, server=server, base_url=base_url, eval_set=Path(set) if set else classload.DEFAULT_SET,
                                   questions_each=int(questions_each) if questions_each else None,

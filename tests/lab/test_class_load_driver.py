@@ -129,11 +129,29 @@ def test_a_class_without_an_answer_counts_none_and_a_class_that_took_no_time_has
 
 
 def test_learners_that_never_say_they_are_done_leave_the_wall_time_unknown(learners, tmp_path, monkeypatch):
-    import math
-
+    """Unknown, and said so: null in the saved JSON (NaN is no JSON), "?" in the tables and the printed line."""
     monkeypatch.setenv("STAND_IN_MODE", "says nothing")
     level = classload.run_level(2, "http://class:8000/v1", log_dir=tmp_path)
-    assert math.isnan(level["wall_s"]) and level["questions"] == 0 and level["requests"] == 0
+    assert (level["wall_s"], level["questions_per_min"], level["answers_per_min"]) == (None, None, None)
+    assert level["questions"] == 0 and level["requests"] == 0
+    assert classload.level_line(level).startswith("  2 learners: 0 questions in ? s (?/min, ? answers/min), ")
+    report = {"server": "miniagent", "cpus": 2, "eval_set": "e.jsonl", "questions_each": None, "settings": {},
+              "levels": [level], "load_before": 0.1, "others_cpu_mean": 1.0, "measured_at": "2026-11-27 09:00"}
+    for lang in ("en", "es"):
+        row = classload.markdown(report, lang).splitlines()[-1]
+        assert row.startswith("| 2 | 0 | ? | ? | — | ") and "nan" not in row.lower(), row
+    saved = classload.save(report, tmp_path / "docs_results", "unknown")
+    assert json.loads(saved[0].read_text(encoding="utf-8"), parse_constant=lambda c: pytest.fail(c))["levels"][0][
+        "wall_s"] is None
+
+
+def test_a_level_is_printed_with_every_figure_it_measured():
+    level = {"learners": 4, "questions": 8, "wall_s": 30.04, "questions_per_min": 16.0, "answers_per_min": 14.0,
+             "turn_p50_s": 1.26, "turn_p95_s": 2.5, "run_p50_s": 3.14, "run_p95_s": 6.0, "answered": 7,
+             "guard_stops": 1, "stop_reasons": {"answered": 7, "turn_cap": 1}, "correct": 6, "requests": 21}
+    assert classload.level_line(level) == (
+        "  4 learners: 8 questions in 30 s (16.0/min, 14.0 answers/min), turn p50/p95 1.3/2.5 s, "
+        "run p50/p95 3.1/6.0 s, answered 7, guard stops 1 {'answered': 7, 'turn_cap': 1}, correct 6/8, 21 requests")
 
 
 def test_a_learner_that_does_not_start_stops_the_level_and_names_its_log(learners, tmp_path, monkeypatch):

@@ -142,13 +142,13 @@ def run_level(learners: int, base_url: str | None, *, eval_set: Path = DEFAULT_S
             log.close()
     runs = [r for r in records if "item" in r]
     ends = [r["done_at"] for r in records if "done_at" in r]
-    wall = (max(ends) - go) if ends else float("nan")
+    wall = (max(ends) - go) if ends else None  # no learner said when it finished: unknown, not zero
     turns = [t for r in runs for t in r["turn_latencies"]]
     stops = Counter(r["stop_reason"] for r in runs)
     return {
         "learners": learners, "questions": len(runs), "questions_each": [len(s) for s in shares],
-        "wall_s": round(wall, 1), "questions_per_min": round(len(runs) / wall * 60, 2) if wall else 0.0,
-        "answers_per_min": round(stops.get("answered", 0) / wall * 60, 2) if wall else 0.0,
+        "wall_s": None if wall is None else round(wall, 1), "questions_per_min": _per_min(len(runs), wall),
+        "answers_per_min": _per_min(stops.get("answered", 0), wall),
         "turns": len(turns),
         "turn_p50_s": round(percentile(turns, 0.5), 2), "turn_p95_s": round(percentile(turns, 0.95), 2),
         "run_p50_s": round(percentile([r["seconds"] for r in runs], 0.5), 2),
@@ -157,6 +157,11 @@ def run_level(learners: int, base_url: str | None, *, eval_set: Path = DEFAULT_S
         "stop_reasons": dict(stops), "correct": sum(r["correct"] for r in runs),
         "requests": sum(r.get("requests", 0) for r in records), "settings": settings,
     }
+
+
+def _per_min(count: int, wall: float | None) -> float | None:
+    """A rate over the level's wall time: unknown with it, 0 over no time at all."""
+    return None if wall is None else round(count / wall * 60, 2) if wall else 0.0
 
 
 BUSY_OTHERS = 50.0  # other programs' mean CPU (100 = one core) that makes the figures disturbed, as in the harness
@@ -269,13 +274,26 @@ def markdown(report: dict, lang: str = "en") -> str:
              "| " + " | ".join(t["head"]) + " |", "|" + "---|" * len(t["head"])]
     for r in report["levels"]:
         guards = ", ".join(f"`{k}` {v}" for k, v in sorted(r["stop_reasons"].items()) if k != "answered") or t["none"]
-        answers_per_min = r["answered"] / r["wall_s"] * 60 if r["wall_s"] else 0.0  # a guard's stop is no answer
+        wall = r["wall_s"]  # None: no learner said when it finished
+        answers_per_min = None if wall is None else r["answered"] / wall * 60 if wall else 0.0  # a guard's stop is no answer
         turns = f"{number(r['turn_p50_s'], lang, '.1f')} / {number(r['turn_p95_s'], lang, '.1f')}" \
             if r.get("turns", 1) else "—"  # no turn finished
-        lines.append(f"| {r['learners']} | {r['questions']} | {r['wall_s']:.0f} | {number(answers_per_min, lang, '.1f')} | "
+        lines.append(f"| {r['learners']} | {r['questions']} | {number(wall, lang, '.0f')} | {number(answers_per_min, lang, '.1f')} | "
                      f"{turns} | {number(r['run_p50_s'], lang, '.1f')} / {number(r['run_p95_s'], lang, '.1f')} | "
                      f"{r['answered']} | {guards} | {r['correct']}/{r['questions']} |")
     return "\n".join(lines) + "\n"
+
+
+def level_line(level: dict) -> str:
+    """One level as `invoke class-load` prints it when the level ends ("?" for a figure nobody could measure)."""
+    def fig(key: str, fmt: str = ".1f") -> str:
+        return number(level[key], "en", fmt)
+
+    return (f"{level['learners']:>3} learners: {level['questions']} questions in {fig('wall_s', '.0f')} s "
+            f"({fig('questions_per_min')}/min, {fig('answers_per_min')} answers/min), "
+            f"turn p50/p95 {fig('turn_p50_s')}/{fig('turn_p95_s')} s, run p50/p95 {fig('run_p50_s')}/{fig('run_p95_s')} s, "
+            f"answered {level['answered']}, guard stops {level['guard_stops']} {level['stop_reasons']}, "
+            f"correct {level['correct']}/{level['questions']}, {level['requests']} requests")
 
 
 def save(report: dict, folder: Path, name: str) -> list[Path]:
