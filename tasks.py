@@ -56,13 +56,11 @@ def _run(c, command: str, *, trace: Path | None = None, who: str = "process") ->
     return 0
 
 
-def _status(c, command: str, *, trace: Path | None = None, who: str = "process") -> int:
+def _status(c, command: str, *, who: str, trace: Path | None = None) -> int:
     """:func:`_run`'s work without the exit: the command's status (128 + the signal when it died of one,
     named in one clear report)."""
     with c.cd(str(ROOT)):
-        result = c.run(command, warn=True)
-    if result is None:
-        return 0
+        result = c.run(command, warn=True)  # a Result always: nothing here disowns or runs in the background
     if result.exited is not None and result.exited < 0:
         _report_crash(result, trace, who)
         return 128 - result.exited

@@ -126,6 +126,11 @@ def test_pytest_loads_the_plugins_the_project_names_and_rewrites_no_installed_pa
         assert not isinstance(package.__loader__, AssertionRewritingHook), package.__name__
 
 
+@pytest.mark.parametrize("codes, expected", [([0, 0], 0), ([0], 0), ([5, 0], 0), ([5, 5], 5), ([0, 1], 1), ([4, 1], 4)])
+def test_the_suites_status_is_a_number_whatever_the_passes_said(codes, expected):
+    assert tasks.suite_status(codes) == expected
+
+
 @pytest.mark.parametrize("first", [2, 3, 4, 130, -signal.SIGSEGV])
 def test_an_interrupted_broken_or_crashed_first_pass_ends_the_suite(first):
     c = PassesContext(first, 0)
