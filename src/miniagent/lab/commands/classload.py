@@ -159,9 +159,12 @@ def run_level(learners: int, base_url: str | None, *, eval_set: Path = DEFAULT_S
     }
 
 
-def _per_min(count: int, wall: float | None) -> float | None:
-    """A rate over the level's wall time: unknown with it, 0 over no time at all."""
-    return None if wall is None else round(count / wall * 60, 2) if wall else 0.0
+def _per_min(count: int, wall: float | None, places: int | None = 2) -> float | None:
+    """A rate over the level's wall time (rounded to ``places``, None: not): unknown with it, 0 over no time at all."""
+    if wall is None:
+        return None
+    rate = count / wall * 60 if wall else 0.0
+    return rate if places is None else round(rate, places)
 
 
 BUSY_OTHERS = 50.0  # other programs' mean CPU (100 = one core) that makes the figures disturbed, as in the harness
@@ -275,7 +278,7 @@ def markdown(report: dict, lang: str = "en") -> str:
     for r in report["levels"]:
         guards = ", ".join(f"`{k}` {v}" for k, v in sorted(r["stop_reasons"].items()) if k != "answered") or t["none"]
         wall = r["wall_s"]  # None: no learner said when it finished
-        answers_per_min = None if wall is None else r["answered"] / wall * 60 if wall else 0.0  # a guard's stop is no answer
+        answers_per_min = _per_min(r["answered"], wall, places=None)  # a guard's stop is no answer
         turns = f"{number(r['turn_p50_s'], lang, '.1f')} / {number(r['turn_p95_s'], lang, '.1f')}" \
             if r.get("turns", 1) else "—"  # no turn finished
         lines.append(f"| {r['learners']} | {r['questions']} | {number(wall, lang, '.0f')} | {number(answers_per_min, lang, '.1f')} | "
