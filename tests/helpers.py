@@ -184,6 +184,25 @@ def returns_within(seconds: float, call, *args, what: str | None = None, **kwarg
     return box["value"]
 
 
+def ended(pid: int) -> bool:
+    """Exited: gone, or a zombie that init has yet to reap (as dead as a stop needs it)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def ends(pid: int, within_s: float = 10.0) -> bool:
+    """Ends within ``within_s``: a SIGKILL sent is not yet a process gone, so a check waits for that event."""
+    try:
+        psutil.Process(pid).wait(timeout=within_s)  # not our child: psutil polls until the pid is gone
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        return ended(pid)  # a zombie: exited, its reaper not done yet
+    return True
+
+
 class SleepingClock:
     """time.monotonic and time.sleep for the code under test: time moves only when that code sleeps (or a test
     moves ``now``); every sleep is kept."""

@@ -97,6 +97,27 @@ def stop_process(proc: Any, *, grace: float, poll: float = 0.01) -> None:
         signal_leader(proc, signal.SIGKILL)
 
 
+def stop_group(popen: subprocess.Popen, grace: float) -> float:
+    """Stop the whole process group ``popen`` leads (started with ``start_new_session``): SIGTERM to all of it,
+    then SIGKILL after ``grace`` s if anything of it is left. Returns the moment it was gone.
+
+    The group is waited for, not only its leader: a child that ignores SIGTERM outlives a leader that obeys it,
+    and nothing else would ever stop that child. The leader is reaped (a bounded wait: see :func:`reap`)."""
+    pgid = popen.pid
+    signal_group(pgid, signal.SIGTERM)
+    until = time.monotonic() + grace
+    while time.monotonic() < until:
+        # poll() reaps the leader; an empty group makes killpg(0) fail
+        if popen.poll() is not None and not signal_group(pgid, 0):
+            break
+        time.sleep(0.01)
+    else:
+        signal_group(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popen.wait(timeout=2)
+    return time.monotonic()
+
+
 def reap(popen: subprocess.Popen | None, timeout: float = 1.0) -> None:
     """Collect a child's exit status once it has died, so that no zombie is left behind (SIGKILL if it has not)."""
     if popen is None:

@@ -16,8 +16,11 @@ import threading
 import psutil
 import pytest
 
+from helpers import SleepingClock, ended, ends
+
+from miniagent import processes
 from miniagent.processes import (Terminated, alive, install_sigterm_handler, reap, signal_group, signal_leader,
-                                 stop_process, stops_unwind)
+                                 stop_group, stop_process, stops_unwind)
 
 
 @pytest.fixture
@@ -147,6 +150,121 @@ def test_stop_process_waits_the_grace_for_a_child_that_takes_a_moment_to_exit():
         assert slow.wait(10) == 3  # it finished its clean-up: not killed 0.3 s into it
     finally:
         reap(slow)
+
+
+# A leader that obeys SIGTERM, with a child of its group that ignores it; the leader prints the child's pid.
+LEADS_A_STUBBORN_CHILD = ("import subprocess, sys, time\n"
+                          f"kid = subprocess.Popen([sys.executable, '-c', {TRAPS_SIGTERM!r}], stdout=subprocess.PIPE)\n"
+                          "kid.stdout.readline(); print(kid.pid, flush=True); time.sleep(60)")
+
+
+def leader_of_a_stubborn_child() -> tuple[subprocess.Popen, int]:
+    """A group leader that obeys SIGTERM, and the pid of its child that ignores it (both running)."""
+    leader = subprocess.Popen([sys.executable, "-c", LEADS_A_STUBBORN_CHILD], stdout=subprocess.PIPE,
+                              start_new_session=True)
+    return leader, int(leader.stdout.readline())
+
+
+def test_stop_group_asks_first_and_kills_a_leader_that_ignores_sigterm_after_the_grace():
+    polite, stubborn = child(own_group=True), child(own_group=True, traps_sigterm=True)
+    try:
+        stop_group(polite, grace=30)
+        assert polite.returncode == -signal.SIGTERM  # reaped, and SIGTERM was enough
+        stop_group(stubborn, grace=0.2)
+        assert stubborn.returncode == -signal.SIGKILL
+    finally:
+        reap(polite)
+        reap(stubborn)
+
+
+def test_stop_group_kills_a_child_that_ignores_sigterm_when_its_leader_obeys():
+    """The case a wait for the leader alone misses: the leader is gone at once, its child would run on, orphaned."""
+    leader, kid = leader_of_a_stubborn_child()
+    try:
+        stop_group(leader, grace=0.3)
+        assert leader.returncode == -signal.SIGTERM
+        assert ends(kid), "the child that ignored SIGTERM was left running"
+    finally:
+        reap(leader)
+        signal_group(leader.pid, signal.SIGKILL)
+
+
+def test_stop_group_stops_what_a_leader_that_already_exited_left_behind():
+    """A server that died during start-up (already reaped by the wait that saw it die) with a child still running."""
+    leader, kid = leader_of_a_stubborn_child()
+    try:
+        leader.kill()
+        leader.wait(10)
+        assert not ended(kid)
+        stop_group(leader, grace=0.3)
+        assert ends(kid)
+    finally:
+        signal_group(leader.pid, signal.SIGKILL)
+
+
+class Leader:
+    """A subprocess.Popen stand-in: its exit code, and the bounds it was waited with."""
+
+    def __init__(self, pid: int, returncode: int | None, wedged: bool = False) -> None:
+        self.pid, self.returncode, self.wedged, self.waits = pid, returncode, wedged, []
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout=None) -> int:
+        self.waits.append(timeout)
+        if timeout is None:
+            raise AssertionError("a wait without a bound")
+        if self.wedged:
+            raise subprocess.TimeoutExpired("leader", timeout)
+        return self.returncode
+
+
+@pytest.fixture
+def clock(monkeypatch) -> SleepingClock:
+    fake = SleepingClock()
+    monkeypatch.setattr(processes, "time", fake)
+    return fake
+
+
+@pytest.fixture
+def signals(monkeypatch) -> dict:
+    """signal_group stand-in: records each (group, signal); the group exists while ``alive`` says so."""
+    state = {"sent": [], "alive": True}
+
+    def signal_group(pgid: int, sig: int) -> bool:
+        state["sent"].append((pgid, sig))
+        if sig == signal.SIGKILL:
+            state["alive"] = False
+        return state["alive"]
+
+    monkeypatch.setattr(processes, "signal_group", signal_group)
+    return state
+
+
+def test_a_group_that_empties_at_once_is_not_waited_for_nor_killed(clock, signals):
+    leader = Leader(50, returncode=0)
+    signals["alive"] = False  # the leader and its children ended on SIGTERM
+    assert stop_group(leader, grace=5.0) == clock.now == 1000.0
+    assert signals["sent"] == [(50, signal.SIGTERM), (50, 0)] and clock.sleeps == []
+
+
+def test_a_leader_that_exited_but_left_its_group_alive_gets_sigkill_after_the_grace(clock, signals):
+    """The leader ended on SIGTERM, but a process of its group (a child ignoring SIGTERM) did not: the grace is
+    waited out, then the whole group is killed."""
+    leader = Leader(51, returncode=-15)
+    ended_at = stop_group(leader, grace=0.5)
+    assert signals["sent"][0] == (51, signal.SIGTERM) and signals["sent"][-1] == (51, signal.SIGKILL)
+    assert set(signals["sent"][1:-1]) == {(51, 0)}
+    assert 0.5 <= sum(clock.sleeps) < 0.52 and ended_at == clock.now
+    assert set(clock.sleeps) == {0.01}  # polled often: a group that empties is seen within 10 ms
+
+
+def test_the_last_wait_for_the_leader_has_a_bound_and_its_timeout_is_not_an_error(clock, signals):
+    leader = Leader(52, returncode=None, wedged=True)  # it never exits, not even on SIGKILL (a D-state process)
+    assert stop_group(leader, grace=0.1) == clock.now
+    assert signals["sent"][-1] == (52, signal.SIGKILL)
+    assert len(leader.waits) == 1 and 0 < leader.waits[0] <= 2
 
 
 def test_a_process_whose_state_cannot_be_read_is_not_alive():

@@ -203,14 +203,14 @@ def stopping(monkeypatch):
         asked["kill_all"].append(list(procs))
         return not procs  # as the real one: nothing to kill is done at once; these ones it could not kill
 
-    def stop_agent(proc, grace):
+    def stop_group(proc, grace):
         asked["grace"] = grace
         run.time.now += grace
         return run.time.now
 
     monkeypatch.setattr(run, "find_survivors", find_survivors)
     monkeypatch.setattr(run, "kill_all", kill_all)
-    monkeypatch.setattr(run, "stop_agent", stop_agent)
+    monkeypatch.setattr(run, "stop_group", stop_group)
     monkeypatch.setattr(run, "_live_cmdline", lambda proc: asked.get("live", {}).get(proc.pid))
     return asked
 
@@ -506,9 +506,9 @@ def test_a_run_without_an_environment_of_its_own_gets_the_harnesss(tmp_path, fak
 
 def test_a_run_past_its_timeout_is_killed_after_the_grace_and_its_survivors_settle(tmp_path, monkeypatch):
     asked = {}
-    real_stop, real_find = run.stop_agent, run.find_survivors
+    real_stop, real_find = run.stop_group, run.find_survivors
 
-    def stop_agent(proc, grace):
+    def stop_group(proc, grace):
         asked["grace"] = grace
         return real_stop(proc, grace)
 
@@ -516,7 +516,7 @@ def test_a_run_past_its_timeout_is_killed_after_the_grace_and_its_survivors_sett
         asked["settle"] = settle
         return real_find(sampler, settle, since=since)
 
-    monkeypatch.setattr(run, "stop_agent", stop_agent)
+    monkeypatch.setattr(run, "stop_group", stop_group)
     monkeypatch.setattr(run, "find_survivors", find_survivors)
     record = run.run_experiment([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.25,
                                 trace_path=tmp_path / "t.jsonl", live=False, grace=0.125, settle=0.0625,
@@ -544,7 +544,7 @@ def test_by_default_the_harness_samples_kills_and_settles_as_the_breaks_page_say
         def __exit__(self, *exc):
             return None
 
-    def stop_agent(proc, grace):
+    def stop_group(proc, grace):
         asked["grace"] = grace
         return fake.now
 
@@ -557,7 +557,7 @@ def test_by_default_the_harness_samples_kills_and_settles_as_the_breaks_page_say
     monkeypatch.setattr(run.subprocess, "Popen", lambda *args, **kwargs: agent)
     monkeypatch.setattr(run, "TreeSampler", lambda pid: Sampler())
     monkeypatch.setattr(run, "LiveView", View)
-    monkeypatch.setattr(run, "stop_agent", stop_agent)
+    monkeypatch.setattr(run, "stop_group", stop_group)
     monkeypatch.setattr(run, "find_survivors", find_survivors)
     record = run.run_experiment(["python", "-c", "pass"], timeout=1.0, trace_path=tmp_path / "t.jsonl")
     times = [s[0] for s in record.samples]

@@ -8,18 +8,17 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
 import textwrap
 import threading
 import time
 
 import psutil
 import pytest
+from helpers import ended, ends
 
 from miniagent.lab import model_server as ms
+from miniagent.processes import stop_group
 
 STAND_IN = textwrap.dedent('''
     """A stand-in model server: tells what it was started with, then serves one-token completions."""
@@ -29,13 +28,15 @@ STAND_IN = textwrap.dedent('''
     for flag in ("--model", "--host", "--port"):
         parser.add_argument(flag)
     parser.add_argument("--exit", type=int)
-    parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--child", action="store_true")
+    parser.add_argument("--child-ignores-term", action="store_true")
     parser.add_argument("--never-listen", action="store_true")
     args = parser.parse_args()
-    if args.ignore_term:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) if args.child else None
+    ignores = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " if args.child_ignores_term else ""
+    child = (subprocess.Popen([sys.executable, "-c", ignores + "print(1, flush=True); import time; time.sleep(600)"],
+                              stdout=subprocess.PIPE) if args.child else None)
+    if child:
+        child.stdout.readline()  # its handler is in place
     print(json.dumps({"argv": sys.argv[1:], "pid": os.getpid(), "child": child and child.pid}), flush=True)
     if args.exit is not None:
         sys.exit(args.exit)
@@ -75,13 +76,6 @@ def started(log) -> dict:
     return json.loads(log.read_text(encoding="utf-8").splitlines()[0])
 
 
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def test_the_server_is_started_as_a_teacher_starts_it_and_stopped_with_its_children(stand_in):
     port = ms.free_port()
     with ms.model_server("stand-in", "/models/m.gguf", port=port, log=stand_in, extra_args=("--child",)) as url:
@@ -91,10 +85,7 @@ def test_the_server_is_started_as_a_teacher_starts_it_and_stopped_with_its_child
         child = psutil.Process(how["child"])
         assert psutil.Process(how["pid"]).is_running() and child.is_running()
         assert os.getpgid(how["pid"]) == how["pid"] != os.getpgid(0)  # a group of its own, apart from ours
-    # The SIGTERM reaches the whole group at once, but only the server is ours to wait for: its child, already
-    # signalled, dies on its own schedule (seen in CI: still running the moment the server was reaped).
-    psutil.wait_procs([child], timeout=10)
-    assert gone(how["pid"]) and gone(how["child"]), "the server's whole process group is stopped"
+    assert ended(how["pid"]) and ends(how["child"]), "the server's whole process group is stopped"
 
 
 def test_without_a_model_path_the_lab_s_model_file_is_given(stand_in, monkeypatch):
@@ -107,7 +98,7 @@ def test_the_server_is_stopped_when_the_block_fails(stand_in):
     with pytest.raises(KeyError), ms.model_server("stand-in", "/m.gguf", log=stand_in):
         pid = started(stand_in)["pid"]
         raise KeyError("the block failed")
-    assert gone(pid)
+    assert ended(pid)
 
 
 def test_an_open_log_is_written_and_left_open(stand_in):
@@ -127,11 +118,23 @@ def test_an_unknown_server_is_refused_before_anything_starts(stand_in):
     assert set(psutil.Process().children(recursive=True)) == before and not stand_in.exists()
 
 
-def test_a_server_that_exits_during_start_up_says_so_with_its_exit_code(stand_in):
+def test_a_server_that_exits_during_start_up_says_so_with_its_exit_code_and_its_child_is_stopped(stand_in):
     # the wait would last five minutes: only the process's exit, noticed between two tries, ends it sooner
     with pytest.raises(ms.ServerNotReady, match=r"^the model server exited during start-up \(exit code 3\)$"):
-        with ms.model_server("stand-in", "/m.gguf", log=stand_in, extra_args=("--exit", "3")):
+        with ms.model_server("stand-in", "/m.gguf", log=stand_in, extra_args=("--exit", "3", "--child")):
             pytest.fail("a server that exited was taken as ready")
+    assert ends(started(stand_in)["child"]), "the child of a server that died was left running"
+
+
+def test_a_server_child_that_ignores_sigterm_is_killed_after_the_grace(stand_in, monkeypatch):
+    """The server obeys SIGTERM at once; its child does not, and would outlive it without the SIGKILL."""
+    stops = []
+    monkeypatch.setattr(ms, "stop_group", lambda process, grace: stops.append(grace) or stop_group(process, grace))
+    monkeypatch.setattr(ms, "STOP_GRACE_S", 0.3)
+    with ms.model_server("stand-in", "/m.gguf", log=stand_in, extra_args=("--child", "--child-ignores-term")):
+        how = started(stand_in)
+    assert stops == [0.3] and ended(how["pid"])
+    assert ends(how["child"]), "the child that ignored SIGTERM was left running"
 
 
 def test_a_server_that_never_answers_is_given_up_at_the_ready_bound_and_stopped(stand_in):
@@ -142,7 +145,7 @@ def test_a_server_that_never_answers_is_given_up_at_the_ready_bound_and_stopped(
             pytest.fail("a server that never answered was taken as ready")
     assert str(err.value).startswith(f"http://127.0.0.1:{port}/v1 did not answer a completion within 1.5 s "
                                      f"(could not reach the model server at http://127.0.0.1:{port}/v1")
-    assert gone(started(stand_in)["pid"])
+    assert ended(started(stand_in)["pid"])
 
 
 # --- the wait, against a server in this process -----------------------------------------------------------
@@ -222,36 +225,6 @@ def test_a_free_port_can_be_listened_on():
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
         s.listen()
-
-
-# --- stop ----------------------------------------------------------------------------------------------------
-def sleeper(*, ignore_term: bool) -> subprocess.Popen:
-    code = ("import signal, time\n" + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignore_term else "")
-            + "print('ready', flush=True)\ntime.sleep(600)\n")
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    assert process.stdout.readline() == "ready\n"  # its handler is in place before any signal is sent
-    return process
-
-
-def test_stop_asks_first():
-    process = sleeper(ignore_term=False)
-    ms.stop(process)
-    assert process.returncode == -signal.SIGTERM
-
-
-def test_stop_kills_a_server_that_ignores_sigterm_after_the_grace():
-    process = sleeper(ignore_term=True)
-    ms.stop(process, grace_s=0.3)
-    assert process.returncode == -signal.SIGKILL
-
-
-def test_stop_leaves_a_server_that_already_exited_alone(monkeypatch):
-    process = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
-    process.wait()
-    monkeypatch.setattr(ms.os, "killpg", lambda *a: pytest.fail("a signal sent to a process already reaped"))
-    ms.stop(process)
-    assert process.returncode == 0
 
 
 @pytest.mark.parametrize("name, kind", [("class_server", "miniagent"), ("llama_cpp_server", "llama-cpp-python")])

@@ -19,7 +19,7 @@ import pytest
 from helpers import SleepingClock
 
 from miniagent.lab.harness import process_tree, run
-from miniagent.lab.harness.process_tree import MachineLoad, TreeSampler, kill_all, stop_agent
+from miniagent.lab.harness.process_tree import MachineLoad, TreeSampler, kill_all
 
 MB = 2**20
 
@@ -150,66 +150,6 @@ def test_the_run_keeps_each_sample_rounded_as_the_record_shows_it():
 def test_a_survivors_command_line_is_the_live_one_when_it_can_be_read():
     assert run._live_cmdline(Proc(40, line="python -m miniagent.tools.server")) == "python -m miniagent.tools.server"
     assert run._live_cmdline(Proc(41, line=None)) is None
-
-
-# --------------------------------------------------------------------------- stopping the agent
-
-
-class Agent:
-    """A subprocess.Popen stand-in: its exit code, and the bounds it was waited with."""
-
-    def __init__(self, pid: int, returncode: int | None, wedged: bool = False) -> None:
-        self.pid, self.returncode, self.wedged, self.waits = pid, returncode, wedged, []
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-    def wait(self, timeout=None) -> int:
-        self.waits.append(timeout)
-        if timeout is None:
-            raise AssertionError("a wait without a bound")
-        if self.wedged:
-            raise subprocess.TimeoutExpired("agent", timeout)
-        return self.returncode
-
-
-@pytest.fixture
-def signals(monkeypatch) -> dict:
-    """signal_group stand-in: records each (group, signal); the group exists while ``alive`` says so."""
-    state = {"sent": [], "alive": True}
-
-    def signal_group(pgid: int, sig: int) -> bool:
-        state["sent"].append((pgid, sig))
-        if sig == signal.SIGKILL:
-            state["alive"] = False
-        return state["alive"]
-
-    monkeypatch.setattr(process_tree, "signal_group", signal_group)
-    return state
-
-
-def test_an_agent_whose_group_empties_at_once_is_not_waited_for_nor_killed(clock, signals):
-    agent = Agent(50, returncode=0)
-    signals["alive"] = False  # the agent and its server ended on SIGTERM
-    assert stop_agent(agent, grace=5.0) == clock.now == 1000.0
-    assert signals["sent"] == [(50, signal.SIGTERM), (50, 0)] and clock.sleeps == []
-
-
-def test_an_agent_that_exited_but_left_its_group_alive_gets_sigkill_after_the_grace(clock, signals):
-    """The agent ended on SIGTERM, but a process of its group (a server ignoring SIGTERM) did not: the grace is
-    waited out, then the whole group is killed."""
-    agent = Agent(51, returncode=-15)
-    ended = stop_agent(agent, grace=0.5)
-    assert signals["sent"][0] == (51, signal.SIGTERM) and signals["sent"][-1] == (51, signal.SIGKILL)
-    assert set(signals["sent"][1:-1]) == {(51, 0)}
-    assert 0.5 <= sum(clock.sleeps) < 0.52 and ended == clock.now
-
-
-def test_the_last_wait_for_the_agent_has_a_bound_and_its_timeout_is_not_an_error(clock, signals):
-    agent = Agent(52, returncode=None, wedged=True)  # it never exits, not even on SIGKILL (a D-state process)
-    assert stop_agent(agent, grace=0.1) == clock.now
-    assert signals["sent"][-1] == (52, signal.SIGKILL)
-    assert len(agent.waits) == 1 and 0 < agent.waits[0] <= 2
 
 
 # --------------------------------------------------------------------------- killing what is left

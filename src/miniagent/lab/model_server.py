@@ -6,14 +6,12 @@ llama-cpp-python's.
 CPU reports AMX) on loopback, waits until
 the server *answers a completion* (an open port is not enough: the model loads after the socket
 opens, and the first request on a cold server evaluates the whole prompt), yields its base URL,
-and always stops and reaps the process, whatever happened inside the block.
+and always stops its whole process group and reaps the server, whatever happened inside the block.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from ..agent.errors import ModelFailed, ModelTimeout
+from ..processes import stop_group
 
 
 class ServerNotReady(RuntimeError):
@@ -57,18 +56,9 @@ def wait_until_it_answers(base_url: str, process: subprocess.Popen | None = None
     raise ServerNotReady(f"{base_url} did not answer a completion within {timeout_s:g} s ({last})")
 
 
-def stop(process: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM to the server's process group, SIGKILL after ``grace_s``; the process is always reaped."""
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+# How long a server's group is given to exit on SIGTERM before it is killed: a group that obeys SIGTERM is
+# gone at once; only a process that ignores it waits this out.
+STOP_GRACE_S = 10.0
 
 
 SERVERS = {  # --server of class-load: which model server a class shares
@@ -111,6 +101,6 @@ def model_server(kind: str, model_path: str | None = None, *, host: str = "127.0
         wait_until_it_answers(url, process, timeout_s=ready_timeout_s)
         yield url
     finally:
-        stop(process)
+        stop_group(process, STOP_GRACE_S)  # the whole group: a child the server started too
         if isinstance(log, Path) and out is not None:
             out.close()

@@ -129,23 +129,6 @@ class TreeSampler:
 # --------------------------------------------------------------------------
 
 
-def stop_agent(proc: subprocess.Popen, grace: float) -> float:
-    """SIGTERM the agent's group, SIGKILL it after ``grace`` if anything is left. Returns when the agent was gone."""
-    pgid = proc.pid  # start_new_session: the agent leads its group
-    signal_group(pgid, signal.SIGTERM)  # the agent's handler unwinds and closes its MCP server
-    until = time.monotonic() + grace
-    while time.monotonic() < until:
-        # poll() reaps the agent; an empty group makes killpg(0) fail
-        if proc.poll() is not None and not signal_group(pgid, 0):
-            break
-        time.sleep(0.01)
-    else:
-        signal_group(pgid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=2)
-    return time.monotonic()
-
-
 def find_survivors(sampler: TreeSampler, settle: float, since: float) -> tuple[list[psutil.Process], list[dict]]:
     """Processes of the tree still alive after ``settle`` s, and those that exited by themselves meanwhile.
 

@@ -53,8 +53,8 @@ from .crash import signal_name
 from .deadline import Deadline
 from .follow import Progress, TraceFollower
 from .panel import LiveView
-from ...processes import load_average, usable_cores
-from .process_tree import MachineLoad, TreeSampler, cmdline, find_survivors, kill_all, sigint_ignored, stop_agent
+from ...processes import load_average, stop_group, usable_cores
+from .process_tree import MachineLoad, TreeSampler, cmdline, find_survivors, kill_all, sigint_ignored
 from .record import BUSY_OTHERS, RunRecord
 
 # How often the harness wakes up: bounds how late the kill can be after the deadline.
@@ -215,7 +215,7 @@ class _Run:
         with sigint_ignored():
             if proc.poll() is None:
                 self.sampler.discover()  # a child born since the last sample must be known before the kill
-                self.killed_at = stop_agent(proc, grace)
+                self.killed_at = stop_group(proc, grace)
             elif self.exited_at is None:  # it ended by itself just as the deadline (or Ctrl-C) came
                 self.exited_at, self.timed_out = time.monotonic(), False
             survivors, record.outlived_agent = find_survivors(
