@@ -234,3 +234,12 @@ def test_each_named_server_is_a_model_server_of_its_kind(monkeypatch, name, kind
     assert getattr(ms, name)("/m.gguf", port=8123, log=None) == "started"
     assert calls == [((kind, "/m.gguf"), {"port": 8123, "log": None})]
     assert ms.SERVERS[kind] in {"miniagent.models.class_server", "miniagent.models.llama_server"}
+
+
+@pytest.mark.parametrize("page, says", [("classroom.md", "SIGTERM, then SIGKILL {:g} s later"),
+                                        ("classroom.es.md", "SIGTERM y, {:g} s después, SIGKILL")])
+def test_the_classroom_page_states_the_grace_a_server_s_group_gets(page, says):
+    from miniagent.lab.catalogue import ROOT
+
+    text = " ".join((ROOT / "docs" / page).read_text(encoding="utf-8").split())
+    assert says.format(ms.STOP_GRACE_S) in text
