@@ -184,23 +184,22 @@ def returns_within(seconds: float, call, *args, what: str | None = None, **kwarg
     return box["value"]
 
 
-def ended(pid: int) -> bool:
-    """Exited: gone, or a zombie that init has yet to reap (as dead as a stop needs it)."""
+def pid_alive(pid: int | None) -> bool:
+    """Running: not gone, and not a zombie (exited, its reaper not done yet: as dead as a stop needs it)."""
+    if pid is None:
+        return False
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
-        return True
+        return False
 
 
-def ends(pid: int, within_s: float = 10.0) -> bool:
-    """Ends within ``within_s``: a SIGKILL sent is not yet a process gone, so a check waits for that event."""
-    try:
-        psutil.Process(pid).wait(timeout=within_s)  # not our child: psutil polls until the pid is gone
-    except psutil.NoSuchProcess:
-        pass
-    except psutil.TimeoutExpired:
-        return ended(pid)  # a zombie: exited, its reaper not done yet
-    return True
+def wait_gone(pid: int, within: float = 3.0) -> bool:
+    """Gone within ``within`` s: a signal sent is not yet a process gone, so a check waits for that event."""
+    deadline = time.monotonic() + within
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not pid_alive(pid)
 
 
 class SleepingClock:

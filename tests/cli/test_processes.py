@@ -16,7 +16,7 @@ import threading
 import psutil
 import pytest
 
-from helpers import SleepingClock, ended, ends
+from helpers import SleepingClock, pid_alive, wait_gone
 
 from miniagent import processes
 from miniagent.processes import (Terminated, alive, install_sigterm_handler, reap, signal_group, signal_leader,
@@ -183,7 +183,7 @@ def test_stop_group_kills_a_child_that_ignores_sigterm_when_its_leader_obeys():
     try:
         stop_group(leader, grace=0.3)
         assert leader.returncode == -signal.SIGTERM
-        assert ends(kid), "the child that ignored SIGTERM was left running"
+        assert wait_gone(kid, within=10.0), "the child that ignored SIGTERM was left running"
     finally:
         reap(leader)
         signal_group(leader.pid, signal.SIGKILL)
@@ -195,9 +195,9 @@ def test_stop_group_stops_what_a_leader_that_already_exited_left_behind():
     try:
         leader.kill()
         leader.wait(10)
-        assert not ended(kid)
+        assert pid_alive(kid)
         stop_group(leader, grace=0.3)
-        assert ends(kid)
+        assert wait_gone(kid, within=10.0)
     finally:
         signal_group(leader.pid, signal.SIGKILL)
 

@@ -15,7 +15,7 @@ import time
 
 import psutil
 import pytest
-from helpers import ended, ends
+from helpers import pid_alive, wait_gone
 
 from miniagent.lab import model_server as ms
 from miniagent.processes import stop_group
@@ -85,7 +85,8 @@ def test_the_server_is_started_as_a_teacher_starts_it_and_stopped_with_its_child
         child = psutil.Process(how["child"])
         assert psutil.Process(how["pid"]).is_running() and child.is_running()
         assert os.getpgid(how["pid"]) == how["pid"] != os.getpgid(0)  # a group of its own, apart from ours
-    assert ended(how["pid"]) and ends(how["child"]), "the server's whole process group is stopped"
+    assert not pid_alive(how["pid"]), "the server is stopped"
+    assert wait_gone(how["child"], within=10.0), "the server's whole process group is stopped"
 
 
 def test_without_a_model_path_the_lab_s_model_file_is_given(stand_in, monkeypatch):
@@ -98,7 +99,7 @@ def test_the_server_is_stopped_when_the_block_fails(stand_in):
     with pytest.raises(KeyError), ms.model_server("stand-in", "/m.gguf", log=stand_in):
         pid = started(stand_in)["pid"]
         raise KeyError("the block failed")
-    assert ended(pid)
+    assert not pid_alive(pid)
 
 
 def test_an_open_log_is_written_and_left_open(stand_in):
@@ -123,7 +124,7 @@ def test_a_server_that_exits_during_start_up_says_so_with_its_exit_code_and_its_
     with pytest.raises(ms.ServerNotReady, match=r"^the model server exited during start-up \(exit code 3\)$"):
         with ms.model_server("stand-in", "/m.gguf", log=stand_in, extra_args=("--exit", "3", "--child")):
             pytest.fail("a server that exited was taken as ready")
-    assert ends(started(stand_in)["child"]), "the child of a server that died was left running"
+    assert wait_gone(started(stand_in)["child"], within=10.0), "the child of a server that died was left running"
 
 
 def test_a_server_child_that_ignores_sigterm_is_killed_after_the_grace(stand_in, monkeypatch):
@@ -133,8 +134,8 @@ def test_a_server_child_that_ignores_sigterm_is_killed_after_the_grace(stand_in,
     monkeypatch.setattr(ms, "STOP_GRACE_S", 0.3)
     with ms.model_server("stand-in", "/m.gguf", log=stand_in, extra_args=("--child", "--child-ignores-term")):
         how = started(stand_in)
-    assert stops == [0.3] and ended(how["pid"])
-    assert ends(how["child"]), "the child that ignored SIGTERM was left running"
+    assert stops == [0.3] and not pid_alive(how["pid"])
+    assert wait_gone(how["child"], within=10.0), "the child that ignored SIGTERM was left running"
 
 
 def test_a_server_that_never_answers_is_given_up_at_the_ready_bound_and_stopped(stand_in):
@@ -145,7 +146,7 @@ def test_a_server_that_never_answers_is_given_up_at_the_ready_bound_and_stopped(
             pytest.fail("a server that never answered was taken as ready")
     assert str(err.value).startswith(f"http://127.0.0.1:{port}/v1 did not answer a completion within 1.5 s "
                                      f"(could not reach the model server at http://127.0.0.1:{port}/v1")
-    assert ended(started(stand_in)["pid"])
+    assert not pid_alive(started(stand_in)["pid"])
 
 
 # --- the wait, against a server in this process -----------------------------------------------------------

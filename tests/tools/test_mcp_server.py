@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import LineWatch, returns_within
+from helpers import LineWatch, pid_alive, returns_within, wait_gone
 
 from miniagent.tools.conjugation import PERSONS, TENSES
 from miniagent.agent.errors import ServerFailed, ToolError, ToolTimeout
@@ -28,22 +28,6 @@ from miniagent.tools.mcp_client import MCPClient
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 SEE = {"verb": "see", "tense": "present perfect", "person": "she"}
 GO = {"verb": "go", "tense": "past simple", "person": "they"}
-
-
-def alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def wait_gone(pid: int, within: float = 3.0) -> bool:
-    deadline = time.monotonic() + within
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return not alive(pid)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +57,7 @@ def test_list_tenses_names_every_option(client):
 
 
 def test_server_pid_is_a_live_child_while_open(client):
-    assert alive(client.server_pid)
+    assert pid_alive(client.server_pid)
     assert client.server_pid in {p.pid for p in psutil.Process().children(recursive=True)}
 
 
@@ -151,7 +135,7 @@ def test_delay_fault_slows_each_call_down():
 def test_hang_fault_times_out_every_call_and_close_still_kills_the_server():
     with MCPClient(hang_on="see", timeout=0.5) as c:
         pid = c.server_pid
-        assert alive(pid)
+        assert pid_alive(pid)
         assert c.call("conjugate", GO) == "they went"  # only "see" hangs
         started = time.monotonic()
         with pytest.raises(ToolTimeout):
@@ -162,7 +146,7 @@ def test_hang_fault_times_out_every_call_and_close_still_kills_the_server():
         with pytest.raises(ToolTimeout):
             returns_within(5.0, c.call, "conjugate", GO)
         assert time.monotonic() - started < 1.5
-        assert alive(pid)  # wedged, not dead: still a timeout, not a server failure
+        assert pid_alive(pid)  # wedged, not dead: still a timeout, not a server failure
         closing = time.monotonic()
     assert time.monotonic() - closing < 2.0
     assert wait_gone(pid, within=0.5)
@@ -200,7 +184,7 @@ def test_exception_inside_with_stops_the_server():
     with pytest.raises(RuntimeError, match="boom"):
         with MCPClient() as c:
             pid = c.server_pid
-            assert alive(pid)
+            assert pid_alive(pid)
             raise RuntimeError("boom")
     assert wait_gone(pid, within=0.5)
 
@@ -278,7 +262,7 @@ def _child_with_wedged_server(mode: str) -> tuple[subprocess.Popen, int]:
     assert line.strip().isdigit(), f"child printed {line!r}"
     server_pid = int(line)
     LineWatch(child.stderr).wait()
-    assert alive(server_pid)
+    assert pid_alive(server_pid)
     return child, server_pid
 
 
@@ -301,7 +285,7 @@ def test_without_the_sigterm_handler_a_wedged_server_is_orphaned():
         assert child.wait(timeout=10) == -signal.SIGTERM  # died on the spot: no cleanup ran
         child.stdout.close()
         time.sleep(0.3)
-        assert alive(server_pid)  # the orphan: it never noticed its stdin closing
+        assert pid_alive(server_pid)  # the orphan: it never noticed its stdin closing
     finally:
         try:
             os.killpg(server_pid, signal.SIGKILL)
