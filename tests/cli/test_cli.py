@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+import miniagent
 from miniagent.settings import setting_fields
 from miniagent.cli import build_parser
 from miniagent.processes import SIGNAL_CHECK_S, wait_result
@@ -133,3 +139,24 @@ def test_the_command_still_runs_the_exit_handlers_flushes_its_output_and_keeps_i
     refused = _module(tmp_path, "ask", "x", "--decode", "beam", before=before)  # main returns 2, no exception
     assert refused.returncode == 2 and "bad setting: decode must be" in refused.stderr
     assert refused.stdout == "exit handler ran\n"
+
+
+def test_a_conjugation_server_that_cannot_start_ends_the_run_as_server_failed_not_a_traceback(tmp_path):
+    """A learner's edit that breaks the server (here it exits at once, as a syntax error would): the run meets it
+    at its first tool call and says what failed and what to do, in the run's own words and exit status."""
+    src = tmp_path / "src"
+    shutil.copytree(Path(miniagent.__file__).parent, src / "miniagent", ignore=shutil.ignore_patterns("__pycache__"))
+    server = src / "miniagent" / "tools" / "server.py"
+    broken = "from __future__ import annotations\nraise SystemExit('broken on purpose')\n"
+    server.write_text(server.read_text().replace("from __future__ import annotations\n", broken, 1))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "miniagent", "ask", "What is the past simple of go for she?",
+                           "--llm", "scripted:oracle", "--json", "--cache-dir", ""],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert "broken on purpose" in proc.stderr, "the server's own words are shown"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    outcome = json.loads(proc.stdout)
+    assert outcome["stop_reason"] == "server_failed" and outcome["stats"]["turns"] == 1
+    assert outcome["answer"].startswith(f"The conjugation server failed: could not start the MCP server "
+                                        f"({sys.executable} -m miniagent.tools.server): ")

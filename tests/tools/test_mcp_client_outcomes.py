@@ -391,6 +391,43 @@ def test_a_server_that_never_answers_the_handshake_fails_the_start_in_time_and_i
     assert client._conn.popen.returncode is not None  # stopped and reaped
 
 
+def test_a_server_that_did_not_start_fails_every_later_call_with_the_reason_the_start_gave(tmp_path):
+    """A session opens even when its server does not start (lab/session.py): the run's first tool call must then
+    end it with the start's own reason, not a bare "not connected"."""
+    gone = tmp_path / "gone-python"
+    gone.write_text("#!/bin/sh\nexit 3\n")
+    gone.chmod(0o755)
+    client = MCPClient(python=str(gone))
+    with pytest.raises(ServerFailed) as failed:
+        client.start()
+    reason = (f"could not start the MCP server ({gone} -m {SERVER_MODULE}): MCPError: Connection closed (the "
+              "server's own stderr, if any, is above)")
+    assert str(failed.value) == client.start_failure == reason
+    for call in (lambda: client.call("conjugate", {"verb": "go", "tense": "past simple", "person": "she"}),
+                 client.list_tools):
+        with pytest.raises(ServerFailed) as later:
+            call()
+        assert str(later.value) == reason
+    mute = tmp_path / "mute-python"
+    mute.write_text("#!/bin/sh\nexec sleep 60\n")
+    mute.chmod(0o755)
+    slow = MCPClient(python=str(mute))
+    slow._started = True
+    with pytest.raises(ServerFailed):
+        slow._connect(startup_timeout=0.3)
+    with pytest.raises(ServerFailed) as later:
+        slow.list_tools()
+    assert str(later.value) == slow.start_failure == "the MCP server did not start within 0.3 s"
+
+
+def test_a_client_that_started_has_no_start_failure_and_a_closed_one_says_it_is_not_connected():
+    with MCPClient() as client:
+        assert client.start_failure is None
+    with pytest.raises(ServerFailed) as later:
+        client.list_tools()
+    assert str(later.value) == "the MCP client is not connected (not started, or closed)"
+
+
 def test_the_session_thread_is_a_daemon_named_for_the_client_and_a_second_start_changes_nothing():
     with MCPClient() as client:
         thread, pid = client._conn.thread, client.server_pid

@@ -139,6 +139,8 @@ class MCPClient:
         self._closing = threading.Event()  # read by the loop thread during startup
         self._conn = _Connection()
         self.restarts = 0
+        # Why the (latest) server did not start: every later call reports it, as the run's server_failed.
+        self.start_failure: str | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -213,13 +215,13 @@ class MCPClient:
             if not isinstance(exc, Exception):
                 raise
             if isinstance(exc, TimeoutError):
-                raise ServerFailed(f"the MCP server did not start within {startup_timeout:g} s") from None
+                self.start_failure = f"the MCP server did not start within {startup_timeout:g} s"
+                raise ServerFailed(self.start_failure) from None
             cause = _root_cause(exc)
             command = " ".join([self.python, *self._server_args()])
-            raise ServerFailed(
-                f"could not start the MCP server ({command}): {type(cause).__name__}: {cause} "
-                "(the server's own stderr, if any, is above)"
-            ) from exc
+            self.start_failure = (f"could not start the MCP server ({command}): {type(cause).__name__}: {cause} "
+                                  "(the server's own stderr, if any, is above)")
+            raise ServerFailed(self.start_failure) from exc
 
     def _run_loop(self, conn: _Connection, ready: concurrent.futures.Future[None]) -> None:
         """Body of the daemon thread: one event loop for the connection's whole life."""
@@ -339,6 +341,8 @@ class MCPClient:
         conn = self._conn
         session, loop, thread, proc = conn.session, conn.loop, conn.thread, conn.proc
         if self._close_started or session is None or loop is None or thread is None or not thread.is_alive():
+            if self.start_failure:
+                raise ServerFailed(self.start_failure)
             why = f": the session ended with {conn.failure!r}" if conn.failure else " (not started, or closed)"
             raise ServerFailed(f"the MCP client is not connected{why}")
         if proc is not None and not alive(proc):
