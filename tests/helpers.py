@@ -23,6 +23,13 @@ from miniagent.agent.errors import ToolError, ToolTimeout
 # 20 one-token decodes 3.6 s with two threads, 0.9 s with one; 0.5 s with two on an idle machine).
 THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
 
+# How a stand-in process whose signal handler must end its wait waits for 60 s: in short naps, never one long
+# sleep. CPython runs a handler between bytecodes or when a system call is interrupted; a signal that lands after
+# the last check and before the sleep's system call starts is handled only when the sleep ends. Sent the moment
+# the stand-in says it is running, as these tests do, that happened once in 1,500 tries on a busy machine (the
+# handler ran 5 s late, after the whole sleep); with 0.1 s naps, 0 of 1,500 were late by more than 0.5 s.
+NAPS_60_S = "for _ in range(600): time.sleep(0.1)"
+
 
 class FakeTools:
     """Answers like the MCP server, in-process, with optional slowness or failure."""

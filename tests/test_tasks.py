@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from helpers import NAPS_60_S
 from invoke import Config, Context
 
 from miniagent.lab.learner import progress
@@ -460,7 +461,7 @@ def holds(c):
     child = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a session of its own, like the agent's
     try:
         print(child.pid, flush=True)
-        time.sleep(60)
+        {naps}  # not one long sleep: helpers.NAPS_60_S says why
     finally:
         child.kill()
         child.wait()
@@ -473,8 +474,8 @@ holds(Context())
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_task_killed_by_sigterm_or_a_closed_terminal_still_stops_what_it_started(sig):
     """Every task runs under processes.stops_unwind: its finally blocks run, its exit status names the signal."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLDS_A_CHILD.format(root=str(ROOT))], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", HOLDS_A_CHILD.format(root=str(ROOT), naps=NAPS_60_S)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     child = int(proc.stdout.readline())  # the task is running and holds its child
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
@@ -486,7 +487,7 @@ def test_a_task_killed_by_sigterm_or_a_closed_terminal_still_stops_what_it_start
 
 def test_without_it_a_sigterm_skips_the_finally_and_leaves_the_child():
     """The control experiment: the same body under invoke's own @task."""
-    script = HOLDS_A_CHILD.format(root=str(ROOT)).replace("@tasks.task", "@tasks.invoke_task")
+    script = HOLDS_A_CHILD.format(root=str(ROOT), naps=NAPS_60_S).replace("@tasks.task", "@tasks.invoke_task")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     child = int(proc.stdout.readline())
     try:

@@ -16,7 +16,7 @@ import threading
 import psutil
 import pytest
 
-from helpers import SleepingClock, pid_alive, wait_gone
+from helpers import NAPS_60_S, SleepingClock, pid_alive, wait_gone
 
 from miniagent import processes
 from miniagent.processes import (Terminated, alive, install_sigterm_handler, reap, signal_group, signal_leader,
@@ -92,7 +92,7 @@ TRAPS_SIGTERM = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.
 # Takes a moment to exit on SIGTERM (it cleans up), then exits with status 3.
 SLOW_TO_EXIT = ("import signal, sys, time\n"
                 "def stop(*_):\n    time.sleep(0.3)\n    sys.exit(3)\n"
-                "signal.signal(signal.SIGTERM, stop); print(1, flush=True); time.sleep(60)")
+                f"signal.signal(signal.SIGTERM, stop); print(1, flush=True)\n{NAPS_60_S}")  # see NAPS_60_S
 
 
 def child(*, own_group: bool, traps_sigterm: bool = False, code: str | None = None) -> subprocess.Popen:
