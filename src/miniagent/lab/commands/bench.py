@@ -257,8 +257,15 @@ def c_markdown(figures: dict, name: str, lang: str = "en") -> str:
             f"{decimal(r['goal_s'], 'g')} ({t['ok'] if r['wall_p50_s'] <= r['goal_s'] else t['missed']})"
         lines.append(f"| {t[r['path']]} | `{r['amx']}` | {t['idle'] if r['load'] == 'idle' else t['busy']} | "
                      f"{r['others_pct']} | {decimal(r['wall_p50_s'])} | {decimal(r['wall_min_s'])}–{decimal(r['wall_max_s'])} | "
-                     f"{decimal(r['cpu_p50_s'])} | {goal} | {r['turns']}, `{r['stop_reason']}` |")
+                     f"{decimal(r['cpu_p50_s'])} | {decimal(least_wall_s(r, figures['cores']))} | {goal} | "
+                     f"{r['turns']}, `{r['stop_reason']}` |")
     return "\n".join(lines) + "\n"
+
+
+def least_wall_s(row: dict, cores: int) -> float:
+    """The least wall time the row's work could take on ``cores`` cores, in any order: its CPU time spread over all
+    of them. A goal under it needs less work, not a better schedule."""
+    return row["cpu_p50_s"] / cores
 
 
 def save_c(figures: dict, folder: Path, name: str) -> list[Path]:
@@ -296,7 +303,7 @@ def print_figures(f: dict) -> None:
             table.add_row(str(r["turn"]), str(r["scratchpad_tokens"]), str(r["prompt_tokens_evaluated"]))
         console.print(table)
     if f.get("c_time_to_end"):
-        _print_c(console, f["c_time_to_end"])
+        _print_c(console, f["c_time_to_end"], f["cores"])
     if "d_eval" in f:
         d = f["d_eval"]
         console.print(f"(d) eval: {d['n']} questions in {d['total_s']:.1f} s in-process, {d['process_wall_s']:.1f} s "
@@ -311,23 +318,26 @@ def print_figures(f: dict) -> None:
                       f"first answer at {s['first_answer_p50_s']:.2f} s", highlight=False)
 
 
-def _print_c(console, rows: list[dict]) -> None:
+def _print_c(console, rows: list[dict], cores: int) -> None:
     from rich.table import Table
 
     table = Table(title=f"(c) start -> end of the run, whole process, median of {rows[0]['runs']}")
-    for col in ("path", "AMX", "machine", "others %", "wall s", "min-max", "CPU s", "goal s", "turns, stop"):
+    for col in ("path", "AMX", "machine", "others %", "wall s", "min-max", "CPU s", "CPU/cores", "goal s",
+                "turns, stop"):
         table.add_column(col, no_wrap=True)
     for r in rows:
         goal = "" if r["goal_s"] is None else f"{r['goal_s']:g} " + ("ok" if r["wall_p50_s"] <= r["goal_s"]
                                                                      else "MISSED")
         table.add_row(r["path"], r["amx"], "busy" if r["load"] != "idle" else "idle", str(r["others_pct"]),
                       f"{r['wall_p50_s']:.2f}",
-                      f"{r['wall_min_s']:.2f}-{r['wall_max_s']:.2f}", f"{r['cpu_p50_s']:.2f}", goal,
-                      f"{r['turns']}, {r['stop_reason']}")
+                      f"{r['wall_min_s']:.2f}-{r['wall_max_s']:.2f}", f"{r['cpu_p50_s']:.2f}",
+                      f"{least_wall_s(r, cores):.2f}", goal, f"{r['turns']}, {r['stop_reason']}")
     console.print(table)
     console.print(f"    answer: {ANSWERABLE!r}\n    fallback: {UNANSWERABLE!r} (the capped path)\n"
                   "    busy: another program keeps one core busy; others %: CPU that other programs used meanwhile "
-                  f"(100 = one core; above {BUSY_OTHERS:g} on an idle row, the machine was not idle)", highlight=False)
+                  f"(100 = one core; above {BUSY_OTHERS:g} on an idle row, the machine was not idle)\n"
+                  f"    CPU/cores: the least wall time the same work could take on these {cores} cores, in any order "
+                  "(a goal under it needs less work)", highlight=False)
 
 
 def _print_a(console, a: dict) -> None:
