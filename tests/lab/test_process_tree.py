@@ -8,7 +8,6 @@ found by mutation testing on 16 cores, where 68 of the 214 changes it tested wen
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
