@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 
+from .agent.errors import ServerFailed
 from .settings import ConfigError, Settings, load_config, setting_fields
 
 
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_eval_cli(args, config)
     except (FileNotFoundError, ValueError) as err:  # a bad --model path or --llm name
         print(f"miniagent: {err}", file=sys.stderr)
+        return 2
+    except ServerFailed as err:  # the conjugation server did not start (a run's own server failures are typed)
+        print(f"miniagent: {err}\nNext: check that `python -m miniagent.tools.server` starts.", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C before the loop started (inside it, the loop reports "cancelled")
         print("miniagent: cancelled", file=sys.stderr)

@@ -141,22 +141,25 @@ def test_the_command_still_runs_the_exit_handlers_flushes_its_output_and_keeps_i
     assert refused.stdout == "exit handler ran\n"
 
 
-def test_a_conjugation_server_that_cannot_start_ends_the_run_as_server_failed_not_a_traceback(tmp_path):
-    """A learner's edit that breaks the server (here it exits at once, as a syntax error would): the run meets it
-    at its first tool call and says what failed and what to do, in the run's own words and exit status."""
+def test_a_conjugation_server_that_cannot_start_ends_the_command_with_its_reason_and_status_2(tmp_path):
+    """A learner's edit that breaks the server (here it exits at once, as a syntax error would): like a model file
+    that cannot be loaded, the command stops before any run, with the server's own words, the reason and what to
+    do, and exit status 2: not a traceback, and not a run (an eval of runs that never had a server would score
+    nothing and exit 0)."""
     src = tmp_path / "src"
     shutil.copytree(Path(miniagent.__file__).parent, src / "miniagent", ignore=shutil.ignore_patterns("__pycache__"))
     server = src / "miniagent" / "tools" / "server.py"
     broken = "from __future__ import annotations\nraise SystemExit('broken on purpose')\n"
     server.write_text(server.read_text().replace("from __future__ import annotations\n", broken, 1))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "HOME": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "miniagent", "ask", "What is the past simple of go for she?",
-                           "--llm", "scripted:oracle", "--json", "--cache-dir", ""],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
-    assert proc.returncode == 1, proc.stderr
-    assert "broken on purpose" in proc.stderr, "the server's own words are shown"
-    assert "Traceback" not in proc.stderr, proc.stderr
-    outcome = json.loads(proc.stdout)
-    assert outcome["stop_reason"] == "server_failed" and outcome["stats"]["turns"] == 1
-    assert outcome["answer"].startswith(f"The conjugation server failed: could not start the MCP server "
-                                        f"({sys.executable} -m miniagent.tools.server): ")
+    (tmp_path / "one.jsonl").write_text('{"question": "What is the past simple of go for she?", "accept": ["she went"]}\n')
+    for command in (["ask", "What is the past simple of go for she?", "--json"], ["eval", "--set", "one.jsonl"]):
+        proc = subprocess.run([sys.executable, "-m", "miniagent", *command, "--llm", "scripted:oracle", "--cache-dir", ""],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+        assert proc.returncode == 2, (command, proc.stdout, proc.stderr)
+        assert proc.stdout == "", command
+        said = proc.stderr.splitlines()
+        assert said[0] == "broken on purpose", "the server's own words come first"
+        assert said[1:] == [f"miniagent: could not start the MCP server ({sys.executable} -m miniagent.tools.server): "
+                            "MCPError: Connection closed (the server's own stderr, if any, is above)",
+                            "Next: check that `python -m miniagent.tools.server` starts."], command

@@ -23,14 +23,11 @@ class StandInTools:
         self.started = self.closed = False
         self.release = threading.Event()  # set by the test: a start that waits for it is still under way
         self.wait_in_start = False
-        self.fail_start = False
         StandInTools.made.append(self)
 
     def start(self):
         if self.wait_in_start:
             self.release.wait(timeout=3)
-        if self.fail_start:
-            raise ServerFailed("could not start the MCP server (stand-in)")
         self.started = True
 
     def close(self):
@@ -129,30 +126,19 @@ def test_a_failed_start_closes_the_client_and_does_not_wait_for_its_start(parts,
     assert tools.closed and not tools.started, "the session waited for a start it had given up on"
 
 
-def test_a_server_that_does_not_start_is_left_to_the_run_and_the_session_still_opens_and_closes(parts, monkeypatch):
-    """Not a crash of the session: its run's first tool call reports the failure as server_failed (the client keeps
-    the reason, tests/tools/test_mcp_client_outcomes.py); the model is made and both are closed at the end."""
+@pytest.mark.parametrize("failure", [ServerFailed("could not start the MCP server (stand-in)"), KeyboardInterrupt()],
+                         ids=["server failed", "ctrl-c"])
+def test_a_server_start_that_fails_or_is_interrupted_ends_the_session_and_closes_both(parts, monkeypatch, failure):
+    """The command reports a server that did not start (cli.main: exit 2) and Ctrl-C (130): the session raises what
+    the start raised, once the model is made, and closes the client and the model."""
     def failing_tools(**given):
         tools = StandInTools(**given)
-        tools.fail_start = True
+        tools.start = lambda: (_ for _ in ()).throw(failure)
         return tools
 
     monkeypatch.setattr(session_module, "MCPClient", failing_tools)
-    with TutorSession(load_config({"llm": "scripted:oracle"})) as opened:
-        [tools] = StandInTools.made
-        assert opened.tools is tools and not tools.started and opened.model is parts["models"][0]
-    assert tools.closed and parts["models"][0].closed
-
-
-def test_a_start_that_fails_otherwise_is_still_the_sessions_error(parts, monkeypatch):
-    def broken_tools(**given):
-        tools = StandInTools(**given)
-        tools.start = lambda: (_ for _ in ()).throw(RuntimeError("not a server failure"))
-        return tools
-
-    monkeypatch.setattr(session_module, "MCPClient", broken_tools)
-    with pytest.raises(RuntimeError, match="^not a server failure$"):
+    with pytest.raises(type(failure)) as raised:
         with TutorSession(load_config({"llm": "scripted:oracle"})):
-            pass
+            pytest.fail("the session opened without its server")
     [tools] = StandInTools.made
-    assert tools.closed and parts["models"][0].closed
+    assert raised.value is failure and tools.closed and parts["models"][0].closed

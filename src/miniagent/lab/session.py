@@ -2,9 +2,7 @@
 
 The model and the server start in parallel (the server is a subprocess, so
 its start-up overlaps the model load).  Eval reuses one session for every
-question; ``invoke ask`` opens one for a single question.  A server that does
-not start is not a crash of the session: the run meets it at its first tool
-call and ends as ``server_failed``, with the reason the start gave.
+question; ``invoke ask`` opens one for a single question.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from ..agent.errors import ServerFailed
 from ..agent.ports import Backend
 from ..models import make_backend, start_loading, threads_for
 from ..agent.loop import Outcome, grammar_tutor
@@ -40,10 +37,7 @@ class TutorSession:
             server_started = pool.submit(self.tools.start)
             weights = wait_result(loading, None) if loading else None  # woken often: Ctrl-C ends it at once
             self.model = make_backend(self.settings.model, threads, weights)
-            try:
-                wait_result(server_started, None)
-            except ServerFailed:
-                pass  # not a crash: the run reports it, its first tool call ends it as server_failed, with this reason
+            wait_result(server_started, None)
         except BaseException:
             # Ctrl-C or SIGTERM during start-up: close() stops a server that is still starting.
             self.close()

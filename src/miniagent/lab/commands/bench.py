@@ -24,6 +24,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 from ...processes import OtherPrograms, machine_cores
 from ..catalogue import ROOT
@@ -257,15 +258,21 @@ def c_markdown(figures: dict, name: str, lang: str = "en") -> str:
             f"{decimal(r['goal_s'], 'g')} ({t['ok'] if r['wall_p50_s'] <= r['goal_s'] else t['missed']})"
         lines.append(f"| {t[r['path']]} | `{r['amx']}` | {t['idle'] if r['load'] == 'idle' else t['busy']} | "
                      f"{r['others_pct']} | {decimal(r['wall_p50_s'])} | {decimal(r['wall_min_s'])}–{decimal(r['wall_max_s'])} | "
-                     f"{decimal(r['cpu_p50_s'])} | {decimal(least_wall_s(r, figures['cores']))} | {goal} | "
+                     f"{decimal(r['cpu_p50_s'])} | {_or_dash(least_wall_s(r, figures['cores']), decimal)} | {goal} | "
                      f"{r['turns']}, `{r['stop_reason']}` |")
     return "\n".join(lines) + "\n"
 
 
-def least_wall_s(row: dict, cores: int) -> float:
-    """The least wall time the row's work could take on ``cores`` cores, in any order: its CPU time spread over all
-    of them. A goal under it needs less work, not a better schedule."""
-    return row["cpu_p50_s"] / cores
+def least_wall_s(row: dict, cores: int) -> float | None:
+    """The least wall time the row's CPU time could take on the cores that other programs left it, in any order:
+    a run of wall time W had at most (cores - others) * W of CPU, so W >= CPU / (cores - others). A goal under it
+    needs less CPU, not a better order. None where the others left nothing."""
+    free = cores - row["others_pct"] / 100
+    return row["cpu_p50_s"] / free if free > 0 else None
+
+
+def _or_dash(value: float | None, show: Callable[[float], str]) -> str:
+    return "–" if value is None else show(value)
 
 
 def save_c(figures: dict, folder: Path, name: str) -> list[Path]:
@@ -322,7 +329,7 @@ def _print_c(console, rows: list[dict], cores: int) -> None:
     from rich.table import Table
 
     table = Table(title=f"(c) start -> end of the run, whole process, median of {rows[0]['runs']}")
-    for col in ("path", "AMX", "machine", "others %", "wall s", "min-max", "CPU s", "CPU/cores", "goal s",
+    for col in ("path", "AMX", "machine", "others %", "wall s", "min-max", "CPU s", "CPU/free", "goal s",
                 "turns, stop"):
         table.add_column(col, no_wrap=True)
     for r in rows:
@@ -331,13 +338,13 @@ def _print_c(console, rows: list[dict], cores: int) -> None:
         table.add_row(r["path"], r["amx"], "busy" if r["load"] != "idle" else "idle", str(r["others_pct"]),
                       f"{r['wall_p50_s']:.2f}",
                       f"{r['wall_min_s']:.2f}-{r['wall_max_s']:.2f}", f"{r['cpu_p50_s']:.2f}",
-                      f"{least_wall_s(r, cores):.2f}", goal, f"{r['turns']}, {r['stop_reason']}")
+                      _or_dash(least_wall_s(r, cores), lambda x: f"{x:.2f}"), goal, f"{r['turns']}, {r['stop_reason']}")
     console.print(table)
     console.print(f"    answer: {ANSWERABLE!r}\n    fallback: {UNANSWERABLE!r} (the capped path)\n"
                   "    busy: another program keeps one core busy; others %: CPU that other programs used meanwhile "
                   f"(100 = one core; above {BUSY_OTHERS:g} on an idle row, the machine was not idle)\n"
-                  f"    CPU/cores: the least wall time the same work could take on these {cores} cores, in any order "
-                  "(a goal under it needs less work)", highlight=False)
+                  f"    CPU/free: the least wall time that CPU time could take on the {cores} cores less what other "
+                  "programs used, in any order (a goal under it needs less CPU)", highlight=False)
 
 
 def _print_a(console, a: dict) -> None:
