@@ -99,6 +99,7 @@ def test_the_least_wall_time_spreads_the_cpu_time_over_the_cores_the_other_progr
     assert "| 3.77 | 3.67–3.87 | 4.23 | 3.74 | 3 (missed) |" in bench.c_markdown(figures(busy), "x")
     four = {**figures(row(cpu_p50_s=4.63, others_pct=100)), "cores": 4}
     assert "| 4.63 | 1.54 |" in bench.c_markdown(four, "x")
+    assert "| 2.50 | 5.00 |" in bench.c_markdown(figures(row(others_pct=150)), "x"), "half a core left"
     assert "| 2.50 | – |" in bench.c_markdown(figures(row(others_pct=200)), "x"), "nothing left: no bound"
     assert "| 2.50 | – |" in bench.c_markdown(figures(row(others_pct=250)), "x")
 
