@@ -392,8 +392,8 @@ def test_a_server_that_never_answers_the_handshake_fails_the_start_in_time_and_i
 
 
 def test_a_server_that_did_not_start_fails_every_later_call_with_the_reason_the_start_gave(tmp_path):
-    """A session opens even when its server does not start (lab/session.py): the run's first tool call must then
-    end it with the start's own reason, not a bare "not connected"."""
+    """A client whose server did not start (at first, or when a broken session is replaced in the middle of a run)
+    tells every later call why, not a bare "not connected": the run's server_failed then quotes the start's reason."""
     gone = tmp_path / "gone-python"
     gone.write_text("#!/bin/sh\nexit 3\n")
     gone.chmod(0o755)
