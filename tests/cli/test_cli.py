@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import shutil
 import subprocess
 import sys
@@ -116,10 +115,6 @@ def test_a_wait_without_a_deadline_wakes_up_every_signal_check():
 # it must not.
 
 def _module(tmp_path, *argv: str, before: str = "") -> "subprocess.CompletedProcess[str]":
-    import subprocess
-    import sys
-    from pathlib import Path
-
     src = str(Path(__file__).resolve().parents[2] / "src")
     code = (f"import atexit, runpy, sys\n{before}\nsys.argv = ['miniagent', *{list(argv)!r}]\n"
             "runpy.run_module('miniagent', run_name='__main__', alter_sys=True)\n")
