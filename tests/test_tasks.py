@@ -364,7 +364,8 @@ def test_a_process_a_mutation_run_left_behind_is_killed_and_named(tmp_path, monk
     work = tmp_path / "miniagent-mutants-tools-x"
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     inside = subprocess.Popen(sleeper, env={**os.environ, "PYTHONPATH": mutants.import_path(work)})
-    outside = subprocess.Popen(sleeper, env={**os.environ, "PYTHONPATH": str(tmp_path / "elsewhere")})
+    # another run's sandbox, whose name begins with this one's: a process there is not this run's
+    outside = subprocess.Popen(sleeper, env={**os.environ, "PYTHONPATH": mutants.import_path(tmp_path / (work.name + "2"))})
     no_path = subprocess.Popen(sleeper, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone_seen = psutil.Process(gone.pid)

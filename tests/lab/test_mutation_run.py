@@ -240,3 +240,11 @@ def test_a_report_of_a_broken_check_says_so_first_and_names_no_leftover_when_the
     assert lines[0] == "tasks: NOT CHECKED: 3 of 4 mutants were never tested: see x"
     assert lines[1].startswith("tasks: mutation score 100.0 % (1 of 4 mutants that a test reaches killed; 0 survived;")
     assert len(lines) == 4 and not any("left behind" in line for line in lines)
+
+
+@pytest.mark.parametrize("pythonpath, named", [
+    ("/tmp/run-a/mutants/src:/tmp/run-a/mutants", True), ("/tmp/run-a", True), ("/elsewhere:/tmp/run-a/x", True),
+    ("/tmp/run-a2/mutants/src:/tmp/run-a2/mutants", False), ("/tmp/run-", False), ("/tmp", False),
+    ("", False), (":", False), ("/elsewhere", False)])
+def test_a_process_is_the_runs_when_an_entry_of_its_pythonpath_is_the_sandbox_or_inside_it(pythonpath, named):
+    assert mutants.names_sandbox(pythonpath.replace(":", os.pathsep), Path("/tmp/run-a")) is named

@@ -195,7 +195,7 @@ def reap_leftovers(work: Path) -> list[str]:
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if proc.pid != os.getpid() and str(work) in proc.environ().get("PYTHONPATH", ""):
+            if proc.pid != os.getpid() and names_sandbox(proc.environ().get("PYTHONPATH", ""), work):
                 found.append(proc)
         except psutil.Error:  # gone meanwhile, or not ours to read
             continue
@@ -204,6 +204,12 @@ def reap_leftovers(work: Path) -> list[str]:
             proc.kill()
     psutil.wait_procs(found, timeout=2)
     return [" ".join(proc.info["cmdline"] or []) or f"pid {proc.pid}" for proc in found]
+
+
+def names_sandbox(pythonpath: str, work: Path) -> bool:
+    """Whether an entry of ``pythonpath`` is the sandbox or inside it: by path, not by text (another run's sandbox
+    may be named like this one with more after it)."""
+    return any(entry and (Path(entry) == work or work in Path(entry).parents) for entry in pythonpath.split(os.pathsep))
 
 
 def import_path(work: Path) -> str:
