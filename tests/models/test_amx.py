@@ -201,6 +201,10 @@ def test_the_model_servers_take_the_setting_from_every_layer(tmp_path):
     file.write_text('llama_amx = "on"\nmodel = "elsewhere.gguf"\n')  # the file's other settings are not its business
     empty.write_text("")
     assert amx_from_layers(None, env={}, path=empty, cpuinfo=amx_cpu).enabled is False  # auto
+    # auto reads the CPU it is given, not this machine's: on any machine, a CPU without AMX keeps the path
+    (tmp_path / "plain").mkdir()
+    plain_cpu = cpuinfo(tmp_path / "plain", PLAIN_FLAGS)
+    assert amx_from_layers(None, env={}, path=empty, cpuinfo=plain_cpu).enabled is True
     assert amx_from_layers(None, env={}, path=file, cpuinfo=amx_cpu).enabled is True
     assert amx_from_layers(None, env={"MINIAGENT_LLAMA_AMX": "off"}, path=file, cpuinfo=amx_cpu).enabled is False
     assert amx_from_layers("on", env={"MINIAGENT_LLAMA_AMX": "off"}, path=file, cpuinfo=amx_cpu).enabled is True

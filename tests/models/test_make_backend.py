@@ -136,6 +136,27 @@ def test_a_value_outside_a_settings_few_is_refused_from_every_layer_with_the_lis
         load_config(env={f"MINIAGENT_{name.upper()}": value})
 
 
+# A number with a bound: the value at the bound is taken, the next one past it refused, with the bound's words.
+BOUNDS = [("max_action_tokens", "1", "0", "max_action_tokens must be at least 1"),
+          ("openai_startup_s", "0.5", "0", "openai_startup_s must be positive"),
+          ("n_threads", "0", "-1", r"n_threads must be 0 \(auto\) or more"),
+          ("openai_max_retries", "0", "-1", "openai_max_retries must be 0 or more")]
+
+
+@pytest.mark.parametrize("name, edge, past, message", BOUNDS)
+def test_a_number_past_its_bound_is_refused_from_every_layer_and_the_bound_itself_is_taken(name, edge, past,
+                                                                                          message):
+    from miniagent.agent.config import ConfigError
+    from miniagent.settings import load_config
+
+    for layer in ({"cli": {name: edge}, "env": {}}, {"env": {f"MINIAGENT_{name.upper()}": edge}}):
+        kind = type(getattr(ModelSettings(), name))  # int or float, as the layers read it
+        assert getattr(load_config(**layer).model, name) == kind(edge)
+    for layer in ({"cli": {name: past}, "env": {}}, {"env": {f"MINIAGENT_{name.upper()}": past}}):
+        with pytest.raises(ConfigError, match=f"^{message}$"):
+            load_config(**layer)
+
+
 def test_each_backend_refuses_a_decode_mode_it_has_not_before_it_loads_or_asks_anything():
     from miniagent.agent.config import ConfigError
     from miniagent.models.llama_params import choose_amx

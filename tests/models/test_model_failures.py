@@ -61,6 +61,8 @@ class FakeModelServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            do_GET = do_POST  # noqa: N815 - the model list (GET /models) is answered the same way
+
             def log_message(self, *args):
                 pass
 
@@ -353,3 +355,426 @@ def test_every_completion_names_its_learner_and_two_learners_differ():
     users = [request.get("user") for request in fake.requests]
     assert users[0] == users[1] == first.user and users[2] == second.user != first.user
     assert first.user.startswith("miniagent-") and len(first.user) == len("miniagent-") + 12
+
+
+def test_a_completion_asks_for_greedy_text_with_the_stop_marks_and_reads_the_reply():
+    from miniagent.models.openai_server import ModelServer
+
+    body = json.dumps({"choices": [{"text": "went", "finish_reason": "length"}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+    with FakeModelServer(body=body) as fake:
+        server = ModelServer(fake.url, "gemma", max_retries=0)
+        try:
+            assert server.complete("Q: go", 4, ['"', "}"], None) == ("went", "length",
+                                                                   {"prompt_tokens": 3, "completion_tokens": 1})
+            server.complete("Q: go", 7, [], None)
+        finally:
+            server.close()
+    first, second = fake.requests
+    assert {k: first[k] for k in ("model", "prompt", "max_tokens", "temperature", "stop")} == {
+        "model": "gemma", "prompt": "Q: go", "max_tokens": 4, "temperature": 0, "stop": ['"', "}"]}
+    assert second["max_tokens"] == 7 and second.get("stop") is None  # no stop marks: none sent
+
+
+def test_a_reply_without_a_choice_names_the_model_server():
+    from miniagent.agent.errors import ModelFailed
+    from miniagent.models.openai_server import ModelServer
+
+    with FakeModelServer(body=MALFORMED["no choices"]) as fake:
+        server = ModelServer(fake.url, max_retries=0)
+        try:
+            with pytest.raises(ModelFailed, match=f"^the model server at {fake.url} answered without any choice"):
+                server.complete("Q: go", 4, [], None)
+        finally:
+            server.close()
+
+
+def test_the_model_list_is_read_and_every_request_keeps_to_the_runs_deadline():
+    """A request is sent only while the run has time left, and a server that never answers is left when it ends."""
+    from miniagent.agent.errors import ModelTimeout
+    from miniagent.models.openai_server import ModelServer
+
+    listed = json.dumps({"object": "list", "data": [{"id": "gemma", "object": "model", "created": 0,
+                                                      "owned_by": "lab"}]}).encode()
+    with FakeModelServer(body=listed) as fake:
+        server = ModelServer(fake.url, max_retries=0)
+        try:
+            assert server.model_ids(None) == ["gemma"]
+            with pytest.raises(ModelTimeout):
+                server.model_ids(time.monotonic() - 1)  # no time left: nothing is sent
+        finally:
+            server.close()
+    assert len(fake.requests) == 1
+    with FakeModelServer(hang=True) as wedged:
+        server = ModelServer(wedged.url, max_retries=0)
+        try:
+            for ask in (lambda deadline: server.model_ids(deadline),
+                        lambda deadline: server.complete("Q: go", 4, [], deadline)):
+                with pytest.raises(ModelTimeout):  # the request's own timeout is the time left, not the client's
+                    ask(time.monotonic() + 0.3)
+        finally:
+            server.close()
+
+
+# --- how a server's reply or error is read, whatever it holds (no server needed) --------------------------------
+LONG = "x" * 200
+
+
+@pytest.mark.parametrize("body, message, said", [
+    ({"error": {"message": "busy, try later"}}, "fallback", "busy, try later"),
+    ({"error": {"detail": "json_schema is not accepted"}}, "fallback", "json_schema is not accepted"),
+    ({"error": {"code": 7}}, "fallback", '{"code": 7}'),
+    ({"detail": "Not Found"}, "fallback", "Not Found"),
+    ({"error": "overloaded"}, "fallback", "overloaded"),
+    ("  Bad Gateway \n", "fallback", "Bad Gateway"),
+    ("   ", "the client's words", "the client's words"),
+    (None, "the client's words", "the client's words"),
+    ({"error": {"message": LONG}}, "fallback", "x" * 160 + "..."),
+    ({"error": {"message": "x" * 160}}, "fallback", "x" * 160),
+    ({"error": {"message": "año"}}, "fallback", "año"),
+])
+def test_a_status_errors_detail_is_the_servers_own_words_cut_to_160_characters(body, message, said):
+    from types import SimpleNamespace
+
+    from miniagent.models.openai_server import _status_detail
+
+    assert _status_detail(SimpleNamespace(body=body, message=message)) == said
+
+
+def test_an_unreachable_servers_cause_is_the_underlying_error_else_its_own():
+    from miniagent.models.openai_server import _cause
+
+    try:
+        try:
+            raise ConnectionRefusedError("[Errno 111] Connection refused")
+        except ConnectionRefusedError as inner:
+            raise RuntimeError("Connection error.") from inner
+    except RuntimeError as outer:
+        assert _cause(outer) == "[Errno 111] Connection refused"
+    try:
+        try:
+            raise OSError("the context")
+        except OSError:
+            raise RuntimeError("Connection error.")  # noqa: B904 - an implicit context, as the client leaves it
+    except RuntimeError as outer:
+        assert _cause(outer) == "the context"
+    assert _cause(RuntimeError("alone " + LONG)) == ("alone " + LONG)[:160] + "..."
+
+
+@pytest.mark.parametrize("reply, said", [
+    ([1, 2], "sent JSON that is not an object: [1, 2]"),
+    ({"error": {"message": "no"}}, 'answered with an error: {"message": "no"}'),
+    ({"choices": []}, 'answered without any choice: {"choices": []}'),
+    ({"choices": "text"}, 'answered without any choice: {"choices": "text"}'),
+    ({"choices": ["text"]}, 'answered without any choice: {"choices": ["text"]}'),
+    ({}, "answered without any choice: {}"),
+])
+def test_a_reply_without_a_usable_choice_is_a_model_failure_that_says_what_came(reply, said):
+    from miniagent.agent.errors import ModelFailed
+    from miniagent.models.openai_server import _choice
+
+    with pytest.raises(ModelFailed) as failed:
+        _choice(reply, "the model server at http://class:8000/v1")
+    assert str(failed.value) == f"the model server at http://class:8000/v1 {said}"
+    assert _choice({"choices": [{"text": "a"}, {"text": "b"}]}, "here") == {"text": "a"}  # the first one
+
+
+@pytest.mark.parametrize("chunk, top", [
+    ({"choices": [{"logprobs": {"top_logprobs": [{"went": -0.1, "go": -2, "bad": "x", "inf": float("-inf")}]}}]},
+     {"went": -0.1, "go": -2.0}),
+    ({"choices": [{"logprobs": None}, {"logprobs": {"top_logprobs": [{"a": -1}]}}]}, {"a": -1.0}),
+    ({"choices": [{"logprobs": {"top_logprobs": []}}]}, {}),
+    ({"choices": [{"logprobs": {"top_logprobs": ["a"]}}]}, {}),
+    ({"choices": ["text"]}, {}),
+    ({"choices": None}, {}),
+    ({}, {}),
+])
+def test_a_streamed_chunks_top_log_probabilities_are_read_and_anything_else_is_none(chunk, top):
+    from miniagent.models.openai_server import _top_of
+
+    assert _top_of(chunk) == top
+    assert all(type(v) is float for v in _top_of(chunk).values())
+
+
+@pytest.mark.parametrize("chunk", [[1], {"error": "overloaded"}])
+def test_a_chunk_that_is_not_a_completion_is_refused(chunk):
+    from miniagent.models.openai_server import _top_of
+
+    with pytest.raises(ValueError, match="^not a completion chunk: "):
+        _top_of(chunk)
+
+
+def test_a_replys_usage_is_read_when_it_is_an_object():
+    from miniagent.models.openai_server import _usage
+
+    assert _usage({"usage": {"prompt_tokens": 3}}) == {"prompt_tokens": 3}
+    assert _usage({"usage": [3]}) == {} and _usage({}) == {} and _usage([1]) == {}
+
+
+def test_an_error_without_a_body_or_a_message_is_read_as_its_text():
+    from types import SimpleNamespace
+
+    from miniagent.models.openai_server import _status_detail
+
+    assert _status_detail(SimpleNamespace(message="the client's words")) == "the client's words"  # no body at all
+    assert _status_detail(RuntimeError("a plain error")) == "a plain error"  # no body, no message
+
+
+def test_a_chunk_that_is_not_a_completion_is_shown_in_the_refusal():
+    from miniagent.models.openai_server import _top_of
+
+    with pytest.raises(ValueError, match=r"^not a completion chunk: \[1\]$"):
+        _top_of([1])
+
+
+def test_a_reply_object_without_to_dict_is_read_by_its_fields():
+    from types import SimpleNamespace
+
+    from miniagent.models.openai_server import _choice
+
+    class Unserialisable:
+        def __init__(self):
+            self.choices = [{"text": "went"}]
+
+        def to_dict(self):
+            raise TypeError("cannot")
+
+    assert _choice(SimpleNamespace(choices=[{"text": "went"}]), "here") == {"text": "went"}
+    assert _choice(Unserialisable(), "here") == {"text": "went"}
+
+
+def _recorded(body: bytes, ask):
+    """Run ``ask(server)`` against a FakeModelServer answering ``body``; (what it returned, the requests sent)."""
+    from miniagent.models.openai_server import ModelServer
+
+    with FakeModelServer(body=body) as fake:
+        server = ModelServer(fake.url, "gemma", max_retries=0)
+        try:
+            return ask(server), fake.requests
+        finally:
+            server.close()
+
+
+def test_the_top_log_probabilities_are_asked_for_one_streamed_greedy_token():
+    from miniagent.agent.errors import ModelFailed, ModelTimeout
+    from miniagent.models.openai_server import TOP_LOGPROBS
+
+    body = json.dumps({"choices": [{"text": "went", "logprobs": {"top_logprobs": [{"went": -0.25}]}}]}).encode()
+    top, (request,) = _recorded(body, lambda server: server.top_logprobs("Q: go", None))
+    assert top == {"went": -0.25}
+    assert {k: request[k] for k in ("model", "prompt", "max_tokens", "temperature", "logprobs", "stream")} == {
+        "model": "gemma", "prompt": "Q: go", "max_tokens": 1, "temperature": 0, "logprobs": TOP_LOGPROBS,
+        "stream": True}
+    assert TOP_LOGPROBS == 20 and request["user"].startswith("miniagent-")
+    _, sent = _recorded(body, lambda server: pytest.raises(ModelTimeout, server.top_logprobs, "Q", time.monotonic() - 1))
+    assert sent == [], "no time left: nothing is sent"
+    without = json.dumps({"choices": [{"text": "went"}]}).encode()
+    failed, _ = _recorded(without, lambda server: pytest.raises(ModelFailed, server.top_logprobs, "Q", None))
+    assert "gave no token log-probabilities (logprobs) for a completion" in str(failed.value)
+
+
+def test_a_chat_asks_for_greedy_text_and_reads_the_message():
+    from miniagent.agent.errors import ModelFailed
+
+    def chat(server, response_format=None):
+        return server.chat([{"role": "user", "content": "go?"}], 9, response_format, None)
+
+    body = json.dumps({"choices": [{"message": {"content": "she went"}, "finish_reason": "length"}],
+                       "usage": {"completion_tokens": 2}}).encode()
+    reply, (plain, shaped) = _recorded(body, lambda server: [chat(server), chat(server, {"type": "json_object"})])
+    assert reply[0] == ("she went", "length", {"completion_tokens": 2})
+    assert {k: plain[k] for k in ("model", "messages", "temperature", "max_tokens")} == {
+        "model": "gemma", "messages": [{"role": "user", "content": "go?"}], "temperature": 0, "max_tokens": 9}
+    assert "response_format" not in plain and shaped["response_format"] == {"type": "json_object"}
+    empty = json.dumps({"choices": [{"message": {"content": None}}]}).encode()
+    assert _recorded(empty, chat)[0] == ("", "stop", {})
+    for choice, said in [({"text": "x"}, 'sent a choice without a message: {"text": "x"}'),
+                         ({"message": {"content": 42}}, "sent content that is not text: 42")]:
+        body = json.dumps({"choices": [choice]}).encode()
+        failed, _ = _recorded(body, lambda server: pytest.raises(ModelFailed, chat, server))
+        assert str(failed.value).endswith(said)
+
+
+def test_a_completion_without_text_is_refused_and_a_missing_finish_reason_reads_stop():
+    from miniagent.agent.errors import ModelFailed
+
+    body = json.dumps({"choices": [{"text": "went"}]}).encode()
+    assert _recorded(body, lambda server: server.complete("Q", 4, [], None))[0] == ("went", "stop", {})
+    body = json.dumps({"choices": [{"finish_reason": "stop"}]}).encode()
+    failed, _ = _recorded(body, lambda server: pytest.raises(ModelFailed, server.complete, "Q", 4, [], None))
+    assert str(failed.value).endswith('sent a completion without text: {"finish_reason": "stop"}')
+
+
+def test_a_model_server_is_named_without_its_trailing_slash_counts_its_requests_and_takes_the_settings_defaults(
+        monkeypatch):
+    from miniagent.models.openai_server import ModelServer
+    from miniagent.models.settings import ModelSettings
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server = ModelServer("http://class:8000/v1/")
+    try:
+        assert (server.base_url, server.where) == ("http://class:8000/v1", "the model server at http://class:8000/v1")
+        assert (server.model, server.max_retries, server.requests) == (
+            ModelSettings().openai_model, ModelSettings().openai_max_retries, 0)
+        assert server.client.api_key == "none"  # a local server needs no key
+    finally:
+        server.close()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-hosted")
+    server = ModelServer("http://class:8000/v1")
+    try:
+        assert server.client.api_key == "sk-hosted"
+    finally:
+        server.close()
+    body = json.dumps({"choices": [{"text": "went"}]}).encode()
+    assert _recorded(body, lambda server: [server.complete("Q", 4, [], None), server.requests][1])[0] == 1
+
+
+def test_every_request_to_a_server_that_never_answers_ends_with_the_runs_time():
+    from miniagent.agent.errors import ModelTimeout
+    from miniagent.models.openai_server import ModelServer
+
+    with FakeModelServer(hang=True) as wedged:
+        server = ModelServer(wedged.url, max_retries=0)
+        try:
+            for ask in (lambda deadline: server.top_logprobs("Q: go", deadline),
+                        lambda deadline: server.chat([{"role": "user", "content": "go?"}], 4, None, deadline)):
+                with pytest.raises(ModelTimeout):
+                    ask(time.monotonic() + 0.3)
+            sent = len(wedged.requests)
+            with pytest.raises(ModelTimeout):
+                server.chat([{"role": "user", "content": "go?"}], 4, None, time.monotonic() - 1)
+            assert len(wedged.requests) == sent == 2, "no time left: nothing is sent"
+        finally:
+            server.close()
+
+
+def test_a_value_shown_in_a_message_keeps_its_characters_and_shows_what_json_cannot_write():
+    from miniagent.models.openai_server import _short
+
+    assert _short({"answer": "él fue"}) == '{"answer": "él fue"}'
+    assert _short({"when": frozenset({3})}) == '{"when": "frozenset({3})"}'
+
+
+# --- ModelServer.call: which failures are retried, how long it waits, what it says (a stand-in send and sleep) -----
+def _errors():
+    import httpx2
+    import openai
+
+    request = httpx2.Request("POST", "http://class:8000/v1/completions")
+
+    def unreachable():
+        try:
+            raise ConnectionRefusedError("refused")
+        except ConnectionRefusedError as cause:
+            error = openai.APIConnectionError(request=request)
+            error.__cause__ = cause
+            return error
+
+    def status(code: int, words: str):
+        return openai.APIStatusError(words, response=httpx2.Response(code, request=request),
+                                     body={"error": {"message": words}})
+
+    return openai, request, unreachable, status
+
+
+def _caller(max_retries: int, outcomes: list):
+    """A ModelServer whose request is ``outcomes`` in turn (raised when an exception), and the pauses it slept."""
+    from miniagent.models.openai_server import ModelServer
+
+    slept: list[float] = []
+    server = ModelServer("http://class:8000/v1", max_retries=max_retries, sleep=slept.append)
+    timeouts: list[float] = []
+
+    def send(timeout: float):
+        timeouts.append(timeout)
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    return server, send, slept, timeouts
+
+
+def test_an_unreachable_or_busy_server_is_retried_after_pauses_that_double():
+    openai, _, unreachable, status = _errors()
+    server, send, slept, timeouts = _caller(3, [unreachable(), status(503, "busy"), unreachable(), "the reply"])
+    try:
+        assert server.call(send, time.monotonic() + 30) == "the reply"
+    finally:
+        server.close()
+    assert slept == [0.5, 1.0, 2.0] and server.requests == 4
+    assert all(0 < t <= 30 for t in timeouts) and timeouts == sorted(timeouts, reverse=True)
+
+
+def test_when_the_retries_are_spent_the_failure_says_how_many_there_were():
+    from miniagent.agent.errors import ModelFailed
+
+    _, _, unreachable, _ = _errors()
+    for retries, tail in [(2, " (after 2 retries)"), (0, "")]:
+        server, send, slept, _ = _caller(retries, [unreachable() for _ in range(3)])
+        try:
+            with pytest.raises(ModelFailed) as failed:
+                server.call(send, time.monotonic() + 30)
+        finally:
+            server.close()
+        assert str(failed.value) == "could not reach the model server at http://class:8000/v1: refused" + tail
+        assert len(slept) == retries and server.requests == retries + 1
+
+
+def test_no_retry_starts_that_would_end_after_the_run():
+    from miniagent.agent.errors import ModelFailed
+
+    _, _, unreachable, _ = _errors()
+    server, send, slept, _ = _caller(2, [unreachable(), "never asked"])
+    try:
+        with pytest.raises(ModelFailed, match="refused$"):  # the first pause (0.5 s) would end past the deadline
+            server.call(send, time.monotonic() + 0.3)
+    finally:
+        server.close()
+    assert slept == []
+
+
+def test_a_server_that_says_no_is_not_asked_again_and_its_status_is_kept():
+    from miniagent.models.openai_server import RequestRefused
+
+    _, _, _, status = _errors()
+    server, send, slept, _ = _caller(2, [status(400, "json_schema is not accepted")])
+    try:
+        with pytest.raises(RequestRefused) as refused:
+            server.call(send, time.monotonic() + 30)
+    finally:
+        server.close()
+    assert refused.value.status == 400 and slept == []
+    assert str(refused.value) == "the model server at http://class:8000/v1 answered HTTP 400: json_schema is not accepted"
+
+
+def test_what_ends_a_call_says_which_clock_ended_it_and_what_came_back(monkeypatch):
+    from miniagent.agent.errors import ModelFailed, ModelTimeout
+    from miniagent.models import openai_server
+
+    openai, request, _, _ = _errors()
+    where = "the model server at http://class:8000/v1"
+    cases = [(openai.APITimeoutError(request=request), 30, ModelTimeout, f"{where} did not answer in the time left"),
+             (openai.APITimeoutError(request=request), None, ModelFailed, f"{where} did not answer within 60 s"),
+             (openai.APIError("stream broke", request, body=None), 30, ModelFailed,
+              f"{where} answered with an error: stream broke"),
+             (ValueError("no JSON"), 30, ModelFailed, f"{where} sent something that is not a reply: ValueError('no JSON')")]
+    for error, left, kind, said in cases:
+        server, send, _, _ = _caller(0, [error])
+        try:
+            with pytest.raises(kind) as ended:
+                server.call(send, None if left is None else time.monotonic() + left)
+        finally:
+            server.close()
+        assert type(ended.value) is kind and str(ended.value) == said
+    server, send, _, timeouts = _caller(0, ["the reply"])
+    try:
+        assert server.call(send, time.monotonic() + 0.5) == "the reply"  # half a second left is time enough
+        with pytest.raises(ModelTimeout, match=f"^{where} did not answer in the time left$"):
+            server.call(send, time.monotonic() - 0.01)
+        monkeypatch.setattr(openai_server, "NO_RUN_LIMIT_S", 0.0)
+        with pytest.raises(ModelFailed, match=f"^{where} did not answer within 0 s$"):
+            server.call(send, None)
+    finally:
+        server.close()
+    assert len(timeouts) == 1 and server.requests == 1

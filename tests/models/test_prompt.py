@@ -97,3 +97,11 @@ def test_render_writes_one_line_per_entry_with_its_role():
 
     text = prompt.render([Entry("question", "q"), Entry("action", "a"), Entry("observation", "two\nlines")])
     assert text == "Q: q\nA: a\nO: two lines\n"
+
+
+def test_render_changes_only_the_newlines_of_an_entry():
+    """The model reads the text as the tool or the learner wrote it: runs of spaces and tabs stay as they are."""
+    from miniagent.agent.ports import Entry
+
+    text = prompt.render([Entry("question", "What  is\tthe past of  go?"), Entry("observation", "a  b\n\nc ")])
+    assert text == "Q: What  is\tthe past of  go?\nO: a  b  c \n"
