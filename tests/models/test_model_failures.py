@@ -357,20 +357,24 @@ def test_every_completion_names_its_learner_and_two_learners_differ():
     assert first.user.startswith("miniagent-") and len(first.user) == len("miniagent-") + 12
 
 
-def test_a_completion_asks_for_greedy_text_with_the_stop_marks_and_reads_the_reply():
+def _recorded(body: bytes, ask):
+    """Run ``ask(server)`` against a FakeModelServer answering ``body``; (what it returned, the requests sent)."""
     from miniagent.models.openai_server import ModelServer
 
-    body = json.dumps({"choices": [{"text": "went", "finish_reason": "length"}],
-                       "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
     with FakeModelServer(body=body) as fake:
         server = ModelServer(fake.url, "gemma", max_retries=0)
         try:
-            assert server.complete("Q: go", 4, ['"', "}"], None) == ("went", "length",
-                                                                   {"prompt_tokens": 3, "completion_tokens": 1})
-            server.complete("Q: go", 7, [], None)
+            return ask(server), fake.requests
         finally:
             server.close()
-    first, second = fake.requests
+
+
+def test_a_completion_asks_for_greedy_text_with_the_stop_marks_and_reads_the_reply():
+    body = json.dumps({"choices": [{"text": "went", "finish_reason": "length"}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+    replies, (first, second) = _recorded(body, lambda server: [server.complete("Q: go", 4, ['"', "}"], None),
+                                                               server.complete("Q: go", 7, [], None)])
+    assert replies[0] == ("went", "length", {"prompt_tokens": 3, "completion_tokens": 1})
     assert {k: first[k] for k in ("model", "prompt", "max_tokens", "temperature", "stop")} == {
         "model": "gemma", "prompt": "Q: go", "max_tokens": 4, "temperature": 0, "stop": ['"', "}"]}
     assert second["max_tokens"] == 7 and second.get("stop") is None  # no stop marks: none sent
@@ -391,19 +395,12 @@ def test_a_reply_without_a_choice_names_the_model_server():
 
 def test_the_model_list_is_read_and_no_request_is_sent_once_the_run_has_no_time_left():
     from miniagent.agent.errors import ModelTimeout
-    from miniagent.models.openai_server import ModelServer
 
     listed = json.dumps({"object": "list", "data": [{"id": "gemma", "object": "model", "created": 0,
                                                       "owned_by": "lab"}]}).encode()
-    with FakeModelServer(body=listed) as fake:
-        server = ModelServer(fake.url, max_retries=0)
-        try:
-            assert server.model_ids(None) == ["gemma"]
-            with pytest.raises(ModelTimeout):
-                server.model_ids(time.monotonic() - 1)  # no time left: nothing is sent
-        finally:
-            server.close()
-    assert len(fake.requests) == 1
+    ids, sent = _recorded(listed, lambda server: [server.model_ids(None),
+                                                  pytest.raises(ModelTimeout, server.model_ids, time.monotonic() - 1)])
+    assert ids[0] == ["gemma"] and len(sent) == 1, "no time left: nothing is sent"
 
 
 # --- how a server's reply or error is read, whatever it holds (no server needed) --------------------------------
@@ -531,18 +528,6 @@ def test_a_reply_object_without_to_dict_is_read_by_its_fields():
 
     assert _choice(SimpleNamespace(choices=[{"text": "went"}]), "here") == {"text": "went"}
     assert _choice(Unserialisable(), "here") == {"text": "went"}
-
-
-def _recorded(body: bytes, ask):
-    """Run ``ask(server)`` against a FakeModelServer answering ``body``; (what it returned, the requests sent)."""
-    from miniagent.models.openai_server import ModelServer
-
-    with FakeModelServer(body=body) as fake:
-        server = ModelServer(fake.url, "gemma", max_retries=0)
-        try:
-            return ask(server), fake.requests
-        finally:
-            server.close()
 
 
 def test_the_top_log_probabilities_are_asked_for_one_streamed_greedy_token():
