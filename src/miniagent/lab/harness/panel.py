@@ -11,8 +11,9 @@ from .record import BUSY_OTHERS, CORES
 SPARK = "▁▂▃▄▅▆▇█"
 
 
-def sparkline(values: list[float], top: float = 100.0 * CORES) -> str:
-    """Unicode blocks, 0 .. ``top``."""
+def sparkline(values: list[float], top: float | None = None) -> str:
+    """Unicode blocks, 0 .. ``top`` (default: every core busy)."""
+    top = 100.0 * CORES if top is None else top
     out = []
     for v in values:
         level = 0 if top <= 0 else round(min(max(v, 0.0), top) / top * (len(SPARK) - 1))
