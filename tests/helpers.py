@@ -191,10 +191,11 @@ def returns_within(seconds: float, call, *args, what: str | None = None, **kwarg
     return box["value"]
 
 
-def pid_alive(pid: int | None) -> bool:
-    """Running: not gone, and not a zombie (exited, its reaper not done yet: as dead as a stop needs it)."""
-    if pid is None:
-        return False
+def pid_alive(pid: int) -> bool:
+    """Running: not gone, and not a zombie (exited, its reaper not done yet: as dead as a stop needs it).
+
+    No pid is a test that never saw its process, never a process gone: it fails rather than pass unchecked."""
+    assert isinstance(pid, int), f"no process to look at (pid {pid!r})"
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:

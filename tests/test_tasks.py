@@ -141,8 +141,8 @@ def test_an_interrupted_broken_or_crashed_first_pass_ends_the_suite(first):
 
 def test_quick_and_k_reach_both_passes():
     c = PassesContext(0, 0)
-    exit_status(lambda: tasks.test(c, k="guard and not slow", quick=True))
-    for command, marks in zip(c.commands, ("not serial", "serial")):
+    assert exit_status(lambda: tasks.test(c, k="guard and not slow", quick=True)) == 0
+    for command, marks in zip(c.commands, ("not serial", "serial"), strict=True):
         assert f"-m '{marks} and not real_model and not slow'" in command
         assert "-k 'guard and not slow'" in command
 

@@ -181,6 +181,7 @@ def test_a_cancelled_run_ends_cleanly_saying_so(world, after, how):
     clock = FakeClock()
     model = GeneratedModel(world.script, clock, world.keeps_to_schema)
     checks = []
+    interrupted = []  # where Ctrl-C landed: True in the final round (which ends with the guard's own reason)
 
     def cancel() -> bool:
         checks.append(1)
@@ -191,6 +192,7 @@ def test_a_cancelled_run_ends_cleanly_saying_so(world, after, how):
 
         def next_action(*args, **kwargs):
             if len(model.calls) >= after:
+                interrupted.append(kwargs.get("final", False))
                 raise KeyboardInterrupt
             return answer(*args, **kwargs)
         model.next_action = next_action
@@ -199,6 +201,9 @@ def test_a_cancelled_run_ends_cleanly_saying_so(world, after, how):
         outcome = tutor.run(QUESTION)
     except (Runaway, HungForever):
         return
+    if how == "ctrl-c":  # a Ctrl-C in a turn's model call ends the run as cancelled, whatever the world
+        assert interrupted.count(False) <= 1, "the loop asked the model again after Ctrl-C"
+        assert (outcome.stop_reason == "cancelled") == (interrupted[:1] == [False]), (interrupted, outcome)
     if outcome.stop_reason == "cancelled":
         said = "(cancelled by the caller)" if how == "callback" else "(interrupted)"
         assert f"the run was cancelled {said} [stop_reason: cancelled]" in outcome.answer

@@ -65,6 +65,8 @@ def test_signal_to_the_agent_group_leaves_no_server(sig, tmp_path):
     try:
         _wait_for_tool_call(trace)
         wedged.wait()
+        # The server leads a group of its own: the signal reaches it only through the agent's cleanup
+        assert os.getpgid(server.pid) != agent.pid
         os.killpg(agent.pid, sig)  # what a harness or a terminal's Ctrl-C does
         agent.wait(timeout=60)  # at once: the bound only keeps a broken agent from hanging the suite
         gone, alive = psutil.wait_procs([server], timeout=3)

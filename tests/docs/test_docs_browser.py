@@ -155,8 +155,10 @@ def test_search_returns_pages_in_the_language_being_read(site_url, browser):
             assert is_spanish == (lang == "es"), f"searching the {lang} site gave {href}"
         if lang == "es":
             _shot(page, "5-search-es.png")
+            target = items.first.evaluate("a => a.href")
+            assert target.split("#")[0] != page.url.split("#")[0], f"the first result is this page: {target}"
             items.first.click()
-            page.wait_for_load_state()
+            page.wait_for_url(target)
             assert page.locator("html").get_attribute("lang") == "es", "a result opens the Spanish page"
 
 

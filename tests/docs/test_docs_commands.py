@@ -99,15 +99,20 @@ def _shell_lines(path: Path) -> list[tuple[int, str, bool]]:
     return out
 
 
-def _simple_commands(line: str) -> list[list[str]]:
-    """The commands of one shell line: split on && ; | and loop keywords, comments dropped."""
+def _simple_commands(line: str, inline: bool = False) -> list[list[str]]:
+    """The commands of one shell line: split on && ; | and loop keywords, comments dropped.
+
+    A line a shell could not split (an unclosed quote) is a typo on the page, unless it is prose in a code span
+    that names no command."""
     try:
         lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
         lexer.whitespace_split = True
         lexer.commenters = "#"
         tokens = list(lexer)
-    except ValueError:
-        return []
+    except ValueError as err:
+        if inline and not re.match(r"\s*([A-Z_]+=\S*\s+)*(invoke|python3?)\s", line):
+            return []
+        raise ValueError(f"a shell could not run this line ({err}): {line!r}") from None
     commands, current = [], []
     for tok in tokens:
         if tok and set(tok) <= set(";&|"):
@@ -152,7 +157,7 @@ def all_commands() -> tuple[Command, ...]:
     for path in _sources():
         where = path.relative_to(ROOT).as_posix()
         for n, line, inline in _shell_lines(path):
-            for cmd in _simple_commands(line):
+            for cmd in _simple_commands(line, inline):
                 if inline and ("..." in cmd or "…" in cmd):
                     continue  # prose that elides arguments ("python -m miniagent ask ... --json")
                 if cmd[0] in ("invoke", "python", "python3"):

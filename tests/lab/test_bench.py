@@ -34,7 +34,7 @@ def test_the_docs_figures_saved_again_are_byte_for_byte_what_the_docs_hold(tmp_p
     for saved in measured:
         name = saved.stem.removeprefix("bench-")
         again = bench.save_c(json.loads(saved.read_text(encoding="utf-8")), tmp_path, name)
-        for old, new in zip((saved, saved.with_suffix(".md"), saved.with_suffix(".es.md")), again):
+        for old, new in zip((saved, saved.with_suffix(".md"), saved.with_suffix(".es.md")), again, strict=True):
             assert new.read_bytes() == old.read_bytes(), old.name
 
 

@@ -158,7 +158,7 @@ def test_a_class_saved_again_is_byte_for_byte_what_the_docs_hold(tmp_path):
     for path in saved:
         name = path.stem.removeprefix("class-load-")
         again = classload.save(json.loads(path.read_text(encoding="utf-8")), tmp_path / "new" / "folder", name)
-        for old, new in zip((path, path.with_suffix(".md"), path.with_suffix(".es.md")), again):
+        for old, new in zip((path, path.with_suffix(".md"), path.with_suffix(".es.md")), again, strict=True):
             assert new.read_bytes() == old.read_bytes(), old.name
 
 

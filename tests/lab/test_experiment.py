@@ -455,7 +455,7 @@ def test_the_tour_with_one_model_runs_every_break_on_it_unscored_in_json(shown, 
     monkeypatch.setattr(experiment, "exp", lambda alias, **kw: calls.append(kw) or full_record(needs_met=True))
     results = experiment._tour_runs(learner, True, "scripted:oracle")
     assert {r["llm"] for r in results} == {"scripted:oracle"} and not any(r["real_model"] for r in results)
-    assert all(kw == {"learner": None, "live": False, "llm": "scripted:oracle"} for kw in calls)
+    assert calls == [{"learner": None, "live": False, "llm": "scripted:oracle"}] * len(experiment.catalogue())
     assert "(no prediction for" in shown.export_text(clear=False)  # told, though nothing is scored in JSON
 
 
@@ -653,6 +653,7 @@ def test_the_tour_without_a_learner_reads_no_notebook(shown, monkeypatch):
     monkeypatch.setattr(notebook, "read_prediction", lambda *args: pytest.fail("a notebook was read"))
     monkeypatch.setattr(experiment, "exp", lambda alias, **kw: None)
     results = experiment._tour_runs(None, True, None)
+    assert len(results) == len(experiment.catalogue())
     assert all(r["predicted"] is None and r["record"] is None for r in results)
 
 

@@ -82,25 +82,26 @@ def test_break_and_fix_keep_every_byte_the_learner_wrote(brk, before, during, tm
         ensure_ascii=False))
     tree = tmp_path_factory.mktemp("learner")
     shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for edit in before:
-        edit.apply(tree, brk)
+    patched = {path for path, _ in touched(brk)}
+    edited = {edit.apply(tree, brk) for edit in before}
     mine = snapshot(tree)
     try:
         apply_to_tree(brk, tree)
     except BreakError:
         assert snapshot(tree) == mine, "break refused, but changed files"
+        assert edited & patched, "break refused a tree whose patched files the learner had not touched"
         return
     assert is_applied(brk, tree)
     broken = snapshot(tree)
     changed = {path for path in mine if mine[path] != broken[path]}
     assert changed <= {path for path, _ in touched(brk)}, "break changed files its patch does not touch"
-    for edit in during:
-        edit.apply(tree, brk)
+    edited |= {edit.apply(tree, brk) for edit in during}
     broken_and_mine = snapshot(tree)
     try:
         revert_in_tree(brk, tree)
     except BreakError:
         assert snapshot(tree) == broken_and_mine, "fix refused, but changed files"
+        assert edited & patched, "fix refused a tree whose patched files the learner had not touched"
         return
     after = snapshot(tree)
     if not during:

@@ -194,5 +194,7 @@ def test_an_agent_killed_while_its_server_is_wedged_leaves_no_server(wait, tmp_p
     record = run_experiment(HUNG_AGENT, timeout=wait, trace_path=tmp_path_factory.mktemp("agent") / "trace.jsonl",
                             live=False, cwd=ROOT, env=env, clock="loop", needs={"tool_calls": 1})
     assert record.outcome == "timeout" and record.tool_calls == 1
+    # what is left is judged from what the harness saw: it must have seen the server
+    assert any("miniagent.tools.server" in p["cmdline"] for p in record.pids_seen), record.pids_seen
     assert record.processes_left == [], f"left behind: {record.processes_left}"
     assert alive_now(record) == []

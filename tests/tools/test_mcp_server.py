@@ -33,8 +33,9 @@ GO = {"verb": "go", "tense": "past simple", "person": "they"}
 @pytest.fixture(scope="module")
 def client():
     with MCPClient() as c:
+        pid = c.server_pid
         yield c
-    assert wait_gone(c.server_pid, within=0.5)
+    assert wait_gone(pid, within=0.5)
 
 
 # -- the happy path ---------------------------------------------------------
@@ -395,4 +396,5 @@ def test_a_close_from_another_thread_while_the_client_starts_stops_the_server_an
         client.start()
     assert closed == [None], closed
     proc = client._conn.proc
-    assert proc is None or not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE, "the server was stopped"
+    assert proc is not None, "the server was spawned before the session thread started"
+    assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE, "the server was stopped"
