@@ -7,6 +7,7 @@ backend shows that decoding stops between tokens when the run's time is up.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import subprocess
@@ -32,10 +33,16 @@ class FakeModelServer:
 
     A streamed request (``"stream": true``, the scored decoding's log-probabilities) gets the body as
     one server-sent event; ``answer`` may replace the fixed reply: (request) -> (status, body).
+    ``pings``: a streamed request is answered at once and then only kept alive, a keep-alive comment every
+    0.05 s for 5 s and no event, in HTTP/1.1 chunks as llama-cpp-python's server does (every 15 s) while a
+    request waits for the model; ``drops``: the stream is answered, then the connection dropped after one
+    comment. A request that is not streamed hangs in both.
     """
 
-    def __init__(self, status: int = 200, body: bytes = b"{}", hang: bool = False, answer=None) -> None:
-        self.status, self.body, self.hang, self.answer = status, body, hang, answer
+    def __init__(self, status: int = 200, body: bytes = b"{}", hang: bool = False, answer=None,
+                 pings: bool = False, drops: bool = False) -> None:
+        self.status, self.body, self.answer = status, body, answer
+        self.hang, self.pings, self.drops = hang or pings or drops, pings, drops
         self.release = threading.Event()
         self.requests: list[dict] = []
         outer = self
@@ -48,6 +55,25 @@ class FakeModelServer:
                 except json.JSONDecodeError:
                     request = {}
                 outer.requests.append(request)
+                if (outer.pings or outer.drops) and request.get("stream"):
+                    self.protocol_version = "HTTP/1.1"  # chunks, so that a stream cut short is not a whole one
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for _ in range(1 if outer.drops else 100):
+                        if outer.release.wait(0.05):
+                            break
+                        try:
+                            self.wfile.write(b"a\r\n: ping\r\n\r\n\r\n")  # one chunk of 10 bytes
+                            self.wfile.flush()
+                        except OSError:  # the client cut the stream: nobody is left to keep alive
+                            break
+                    if outer.pings:
+                        with contextlib.suppress(OSError):
+                            self.wfile.write(b"0\r\n\r\n")  # the stream's end, without a single event
+                    self.close_connection = True
+                    return
                 if outer.hang:
                     outer.release.wait(30)
                     return
@@ -125,9 +151,9 @@ def test_the_model_servers_own_error_message_reaches_the_user(decode):
 
 
 @pytest.mark.timing
-@pytest.mark.parametrize("decode", ["scored", "greedy"])
-def test_a_model_server_that_never_answers_is_bounded_by_the_wall_clock(decode):
-    with FakeModelServer(hang=True) as server:
+@pytest.mark.parametrize("decode, kept_alive", [("scored", False), ("greedy", False), ("scored", True)])
+def test_a_model_server_that_never_answers_is_bounded_by_the_wall_clock(decode, kept_alive):
+    with FakeModelServer(hang=True, pings=kept_alive) as server:
         model = OpenAIBackend(server.url, decode=decode)
         started = time.monotonic()
         outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config(wall_clock_s=1.5))
@@ -624,6 +650,102 @@ def test_every_request_to_a_server_that_never_answers_ends_with_the_runs_time():
             assert len(wedged.requests) == sent == 4, "no time left: nothing is sent"
         finally:
             server.close()
+
+
+def test_a_stream_kept_alive_without_a_token_ends_at_the_runs_deadline():
+    """Each byte of a stream restarts the request's read timeout: keep-alive comments alone must not hold a run
+    past its clock. Left to them, this stream would end after 5 s with no log-probabilities (ModelFailed)."""
+    from miniagent.agent.errors import ModelTimeout
+    from miniagent.models.openai_server import ModelServer
+
+    with FakeModelServer(pings=True) as kept_alive:
+        server = ModelServer(kept_alive.url, max_retries=2)
+        try:
+            with pytest.raises(ModelTimeout, match="did not answer in the time left"):
+                server.top_logprobs("Q: go", time.monotonic() + 0.3)
+            assert len(kept_alive.requests) == 1, "a deadline that has passed is not retried"
+        finally:
+            server.close()
+
+
+@pytest.mark.timing
+def test_a_kept_alive_stream_is_cut_at_its_deadline_not_later():
+    from miniagent.agent.errors import ModelTimeout
+    from miniagent.models.openai_server import ModelServer
+
+    with FakeModelServer(pings=True) as kept_alive:
+        server = ModelServer(kept_alive.url, max_retries=0)
+        try:
+            started = time.monotonic()
+            with pytest.raises(ModelTimeout):
+                server.top_logprobs("Q: go", started + 0.3)
+            assert time.monotonic() - started < 0.3 + GRACE_S
+        finally:
+            server.close()
+
+
+def test_a_stream_the_server_drops_is_a_connection_failure_and_is_retried():
+    """Cut by the server, not by the deadline: the server could not be reached, as any dropped request."""
+    from miniagent.agent.errors import ModelFailed
+    from miniagent.models.openai_server import ModelServer
+
+    with FakeModelServer(drops=True) as dropping:
+        server = ModelServer(dropping.url, max_retries=1, sleep=lambda s: None)
+        try:
+            with pytest.raises(ModelFailed, match=r"^could not reach the model server at .* \(after 1 retries\)$"):
+                server.top_logprobs("Q: go", time.monotonic() + 30)
+        finally:
+            server.close()
+    assert len(dropping.requests) == 2
+
+
+def test_a_cutoff_shuts_its_connection_once_and_leaves_a_transport_without_a_socket_alone():
+    import socket
+    from types import SimpleNamespace
+
+    from miniagent.models.openai_server import Cutoff
+
+    ours, theirs = socket.socketpair()
+    network = SimpleNamespace(get_extra_info=lambda name: {"socket": ours}[name])
+    cutoff = Cutoff(SimpleNamespace(extensions={"network_stream": network}), time.monotonic() + 60)
+    try:
+        assert not cutoff.fired
+        cutoff._cut()  # what its timer runs at the deadline
+        assert cutoff.fired and theirs.recv(1) == b"", "the other end reads the connection's end"
+        ours.close()
+        cutoff._cut()  # the caller closed the stream meanwhile: nothing left to shut, nothing raised
+    finally:
+        cutoff.cancel()
+        theirs.close()
+    without = Cutoff(SimpleNamespace(extensions={}), time.monotonic() - 1)
+    without.cancel()
+    assert not without.fired and not without._timer.is_alive()
+
+
+def test_a_cutoff_never_holds_the_process_at_its_exit():
+    """A Ctrl-C can land between the cut-off's start and the caller's cancel: the process still exits at once, not
+    when the timer would have fired (a minute here)."""
+    program = ("import socket, time; from types import SimpleNamespace; from miniagent.models.openai_server import "
+               "Cutoff; ours, theirs = socket.socketpair(); network = SimpleNamespace(get_extra_info=lambda n: ours); "
+               "Cutoff(SimpleNamespace(extensions={'network_stream': network}), time.monotonic() + 60); print('left')")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout) == (0, "left\n"), done.stderr
+
+
+def test_a_stream_that_ends_before_its_deadline_keeps_its_connection_and_its_answer():
+    """The cut-off belongs to the stream it bounds: a reply read in time is returned whole, and the next request
+    on the same client is answered."""
+    from miniagent.models.openai_server import ModelServer
+
+    body = json.dumps({"choices": [{"text": " went", "logprobs": {"top_logprobs": [{" went": -0.1}]}}]}).encode()
+    with FakeModelServer(body=body) as fake:
+        server = ModelServer(fake.url, max_retries=0)
+        try:
+            for _ in range(3):
+                assert server.top_logprobs("Q: go", time.monotonic() + 5) == {" went": -0.1}
+        finally:
+            server.close()
+    assert len(fake.requests) == 3
 
 
 def test_a_value_shown_in_a_message_keeps_its_characters_and_shows_what_json_cannot_write():

@@ -10,10 +10,13 @@ server; no reply, however malformed, becomes a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import socket
+import threading
 import time
 import uuid
 import warnings
@@ -101,16 +104,24 @@ class ModelServer:
         plain request computes them for every token of the prompt first (2 s for our 1,230 tokens).
         """
         def send(timeout: float) -> dict[str, float]:
+            ends = time.monotonic() + timeout
             stream = self.client.completions.create(
                 model=self.model, prompt=prompt, max_tokens=1, temperature=0, logprobs=TOP_LOGPROBS,
                 stream=True, user=self.user, timeout=timeout)
+            cutoff = Cutoff(stream.response, ends)
             try:
                 for chunk in stream:  # llama-cpp-python may end a stream early when another request waits
                     top = _top_of(chunk)
                     if top:
                         return top
+            except self.openai.APIConnectionError:
+                if not cutoff.fired:
+                    raise
             finally:
+                cutoff.cancel()
                 stream.close()
+            if cutoff.fired:  # the stream was cut at the deadline, wherever its reading was
+                raise self.openai.APITimeoutError(request=stream.response.request)
             raise ModelFailed(f"{self.where} gave no token log-probabilities (logprobs) for a completion")
 
         return self.call(send, deadline)
@@ -153,6 +164,33 @@ class ModelServer:
 
     def close(self) -> None:
         self.client.close()
+
+
+class Cutoff:
+    """Shuts a streamed reply's connection at ``deadline`` (time.monotonic).
+
+    A request's timeout bounds each read of a stream, not the stream: every byte that arrives starts it again.
+    llama-cpp-python's server answers a streamed request at once and then, while the request waits for the
+    model, sends a keep-alive comment every 15 s that the client reads and skips; past 15 s of queue, only
+    this ends the wait at the run's deadline.
+    """
+
+    def __init__(self, response: Any, deadline: float) -> None:
+        self.fired = False
+        network = response.extensions.get("network_stream")  # httpx's documented way to the connection
+        self._socket = network.get_extra_info("socket") if network is not None else None
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._cut)
+        self._timer.daemon = True  # never holds the process's exit (a Ctrl-C before the caller could cancel it)
+        if self._socket is not None:  # a transport without a socket of its own: each read keeps its bound
+            self._timer.start()
+
+    def _cut(self) -> None:
+        self.fired = True
+        with contextlib.suppress(OSError):  # already closed: nothing is left to wait on
+            self._socket.shutdown(socket.SHUT_RDWR)  # a blocked read returns at once (close() would not wake it)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 # --- reading replies defensively ------------------------------------------------------------------
