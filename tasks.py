@@ -469,7 +469,7 @@ def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questi
     from rich.console import Console
 
     from miniagent.lab.commands import classload
-    from miniagent.lab.model_server import SERVERS
+    from miniagent.lab.model_server import SERVERS, ServerNotReady
 
     console = Console(quiet=json)
     settings = {k: float(v) for k, v in (("wall_clock_s", wall_clock_s), ("model_wall_clock_s", model_wall_clock_s))
@@ -486,9 +486,14 @@ def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questi
     def show(level):
         console.print(classload.level_line(level), highlight=False)
 
-    report = classload.class_load(sizes, server=server, base_url=base_url, eval_set=Path(set) if set else classload.DEFAULT_SET,
-                                  questions_each=int(questions_each) if questions_each else None,
-                                  settings=settings, model_path=model, on_level=show)
+    try:
+        report = classload.class_load(sizes, server=server, base_url=base_url,
+                                      eval_set=Path(set) if set else classload.DEFAULT_SET,
+                                      questions_each=int(questions_each) if questions_each else None,
+                                      settings=settings, model_path=model, on_level=show)
+    except (ServerNotReady, classload.ClassFailed) as err:  # the levels above it were shown as they ended
+        print(f"miniagent: {err}", file=sys.stderr)
+        sys.exit(1)
     console.print(classload.markdown(report), markup=False, highlight=False)
     if save:
         for path in classload.save(report, ROOT / "docs_results", save):

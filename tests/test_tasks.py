@@ -426,6 +426,22 @@ def test_class_load_refuses_a_server_it_does_not_know(monkeypatch, capsys):
     assert "no server named 'vllm'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("failure", ["a learner did not start (see /tmp/class): ''",
+                                     "the model server exited during start-up (exit code 3)"])
+def test_a_class_that_cannot_be_measured_says_why_in_one_line_and_fails(monkeypatch, capsys, failure):
+    from miniagent.lab import model_server
+    from miniagent.lab.commands import classload
+
+    kind = classload.ClassFailed if failure.startswith("a learner") else model_server.ServerNotReady
+
+    def class_load(sizes, **kw):
+        raise kind(failure)
+
+    monkeypatch.setattr(classload, "class_load", class_load)
+    assert exit_status(lambda: tasks.class_load(Context(), learners="1")) == 1
+    assert capsys.readouterr().err == f"miniagent: {failure}\n"
+
+
 def test_every_test_file_is_run_by_a_mutation_wing_or_says_why_not():
     """Found when two new test files of the tools wing were in no wing: mutmut never ran them, and the wing's
     survivors were the very mutants they kill."""

@@ -156,7 +156,7 @@ def test_a_level_is_printed_with_every_figure_it_measured():
 
 def test_a_learner_that_does_not_start_stops_the_level_and_names_its_log(learners, tmp_path, monkeypatch):
     monkeypatch.setenv("STAND_IN_MODE", "never ready")
-    with pytest.raises(RuntimeError) as err:
+    with pytest.raises(classload.ClassFailed) as err:
         classload.run_level(2, "http://class:8000/v1", log_dir=tmp_path)
     assert str(err.value) == f"a learner did not start (see {tmp_path}): 'Traceback: no MCP server\\n'"
     assert len(learners) == 1 and not psutil.pid_exists(learners[0][2].pid)
@@ -175,8 +175,10 @@ def test_a_level_past_its_bound_is_stopped_and_every_learner_reaped(learners, tm
         return real_communicate(proc, timeout=min(timeout, 0.25))  # the bound as given, but short for the test
 
     monkeypatch.setattr(REAL_POPEN, "communicate", communicate)
-    with pytest.raises(subprocess.TimeoutExpired):
+    with pytest.raises(classload.ClassFailed) as err:
         classload.run_level(2, "http://class:8000/v1", log_dir=tmp_path)
+    assert str(err.value) == ("the class of 2 learner(s) ran past its bound of 3600 s and was stopped, every learner "
+                              f"with it (their logs: {tmp_path})")
     assert waited == [1.0]
     assert all(not psutil.pid_exists(proc.pid) for _, _, proc in learners)
 

@@ -231,7 +231,7 @@ def test_a_learner_that_does_not_get_ready_is_named_within_its_bound(tmp_path, s
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         waiting = pool.submit(classload._wait_until_ready, proc, tmp_path, timeout_s=bound)
-        with pytest.raises(RuntimeError) as err:
+        with pytest.raises(classload.ClassFailed) as err:
             waiting.result(timeout=120)  # far past the bound: only a wait that ignores it gets here
         assert str(err.value) == "a learner " + says.format(dir=tmp_path)
     finally:

@@ -38,6 +38,10 @@ READY_TIMEOUT_S = 120.0  # one learner's start-up: its MCP server, its backend's
 LOCAL = "local"  # class-load's baseline: no shared server, each learner runs the local backend
 
 
+class ClassFailed(RuntimeError):
+    """A level could not be measured: a learner that did not start, or a class past its bound (said in one line)."""
+
+
 def assign(n_items: int, learners: int, questions_each: int | None = None) -> list[list[int]]:
     """The question indices of each learner: the set split round-robin, or ``questions_each`` apiece."""
     if questions_each is None:
@@ -89,12 +93,12 @@ def turn_latencies(events: list[dict]) -> list[float]:
 
 
 def _wait_until_ready(proc: subprocess.Popen, log_dir: Path, timeout_s: float = READY_TIMEOUT_S) -> None:
-    """The learner's ready line, within ``timeout_s``; RuntimeError naming its log otherwise."""
+    """The learner's ready line, within ``timeout_s``; ClassFailed naming its log otherwise."""
     ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
     line = proc.stdout.readline() if ready else ""
     if not line.strip().startswith('{"ready"'):
         why = "did not start" if ready else f"was not ready within {timeout_s:g} s"
-        raise RuntimeError(f"a learner {why} (see {log_dir}): {line!r}")
+        raise ClassFailed(f"a learner {why} (see {log_dir}): {line!r}")
 
 
 def _say(record: dict) -> None:
@@ -132,7 +136,11 @@ def run_level(learners: int, base_url: str | None, *, eval_set: Path = DEFAULT_S
         records = []
         for proc in procs:
             remaining = max(1.0, go + LEVEL_TIMEOUT_S - time.time())
-            out, _ = proc.communicate(timeout=remaining)
+            try:
+                out, _ = proc.communicate(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                raise ClassFailed(f"the class of {learners} learner(s) ran past its bound of {LEVEL_TIMEOUT_S:g} s "
+                                  f"and was stopped, every learner with it (their logs: {log_dir})") from None
             records += [json.loads(line) for line in out.splitlines() if line.strip()]
     finally:  # also on a timeout or Ctrl-C: every learner's group (the learner and its MCP server) is killed
         for proc in procs:
