@@ -131,7 +131,9 @@ def expected(name: str, value):
 def config_from(layer: str, name: str, value, tmp_path) -> Settings:
     """The config as the real entry point builds it, with ``name`` given through ``layer`` only."""
     others = {"llm": BACKEND[name]} if name in BACKEND else {}
-    env = {"MINIAGENT_CONFIG": str(tmp_path / "none.toml")}
+    empty = tmp_path / "none.toml"  # a config file of its own, empty: not the checkout's miniagent.toml
+    empty.write_text("", encoding="utf-8")
+    env = {"MINIAGENT_CONFIG": str(empty)}
     env.update({f"MINIAGENT_{k.upper()}": str(v) for k, v in others.items()})
     if layer == "flag":
         flag = "--" + name.replace("_", "-")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,10 +49,16 @@ def test_config_file_from_env_var(tmp_path):
     ({"env": {"MINIAGENT_MAX_TURNS": "six"}}, "MINIAGENT_MAX_TURNS"),
     ({"env": {}, "cli": {"max_turns": 0}}, "max_turns must be at least 1"),
     ({"env": {}, "cli": {"wall_clock_s": -1}}, "wall_clock_s must be positive"),
+    ({"env": {}, "cli": {"max_input_chars": 0}}, "^max_input_chars must be at least 1$"),
+    ({"env": {}, "cli": {"calls_per_plan_step": -1}}, r"^calls_per_plan_step must be 0 \(a plan raises no limit\) or more$"),
+    ({"env": {}, "cli": {"max_plan_tool_calls": -1}}, "^max_plan_tool_calls must be at least 1$"),
 ])
 def test_bad_settings_are_named(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         load_config(**kwargs)
+    name = message.strip("^").split()[0]
+    if message.endswith("at least 1$"):  # the bound itself is taken
+        assert getattr(load_config(env={}, cli={name: 1}).tutor, name) == 1
 
 
 @pytest.mark.parametrize("layer", ["file", "env", "cli"])
@@ -66,6 +73,53 @@ def test_a_number_given_as_a_word_is_refused_naming_the_setting_and_its_type(lay
     named = f"MINIAGENT_{setting.upper()}" if layer == "env" else setting
     with pytest.raises(ConfigError, match=f"^{named}: expected {kind}, got '{word}'$"):
         load_config(cli=cli, env=env, path=file)
+
+
+@pytest.mark.parametrize("layer", ["file", "env", "cli"])
+@pytest.mark.parametrize("setting, value", [("wall_clock_s", "nan"), ("tool_timeout_s", "inf"),
+                                            ("model_wall_clock_s", "-inf")])
+def test_a_time_that_is_not_a_finite_number_is_refused(layer, setting, value, tmp_path):
+    """nan compares false with every bound (a nan wall clock never runs out, a nan timeout never fires): a time
+    must be a number a clock can reach, in every layer."""
+    file = tmp_path / "miniagent.toml"
+    file.write_text(f"{setting} = {value}\n" if layer == "file" else "", encoding="utf-8")  # TOML spells nan and inf
+    env = {f"MINIAGENT_{setting.upper()}": value} if layer == "env" else {}
+    cli = {setting: float(value)} if layer == "cli" else {}
+    named = f"MINIAGENT_{setting.upper()}" if layer == "env" else setting
+    with pytest.raises(ConfigError, match=f"^{named}: expected a finite number, got "):
+        load_config(cli=cli, env=env, path=file)
+
+
+@pytest.mark.parametrize("line, message", [("max_turns = 1.7", "max_turns: expected a whole number, got 1.7"),
+                                           ("max_turns = true", "max_turns: expected int, got True"),
+                                           ("wall_clock_s = false", "wall_clock_s: expected float, got False"),
+                                           ("max_turns = inf", "max_turns: expected int, got inf")])
+def test_a_count_or_a_time_in_the_file_is_not_rounded_or_read_from_a_boolean(line, message, tmp_path):
+    file = tmp_path / "miniagent.toml"
+    file.write_text(line + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        load_config(env={}, path=file)
+    file.write_text("max_turns = 2.0\nwall_clock_s = 3\n", encoding="utf-8")  # whole numbers, as TOML may write them
+    assert (load_config(env={}, path=file).tutor.max_turns, load_config(env={}, path=file).tutor.wall_clock_s) == (2, 3.0)
+
+
+@pytest.mark.parametrize("content, says", [(b"root:x:0:0:root:/root:/bin/bash\n", "not a TOML file"),
+                                           (b"max_turns = 3 # \xff\n", "not a TOML file"),
+                                           (b"miniagent = 3\n", "[miniagent] must be a table of settings, got 3")])
+def test_a_config_file_that_is_not_one_is_refused_by_name(content, says, tmp_path):
+    file = tmp_path / "lab.toml"
+    file.write_bytes(content)
+    for how in ({"path": file, "env": {}}, {"env": {"MINIAGENT_CONFIG": str(file)}}):
+        with pytest.raises(ConfigError, match=f"^{re.escape(str(file))}: {re.escape(says)}"):
+            load_config(**how)
+
+
+@pytest.mark.parametrize("where", ["missing.toml", "."])
+def test_a_config_file_named_by_the_environment_must_be_there_as_one_named_by_the_flag(where, tmp_path):
+    named = tmp_path / where
+    for how in ({"path": named, "env": {}}, {"env": {"MINIAGENT_CONFIG": str(named)}}):
+        with pytest.raises(ConfigError, match=f"^config file not found: {re.escape(str(named))}$"):
+            load_config(**how)
 
 
 def test_unknown_setting_in_file_is_named(tmp_path):

@@ -11,9 +11,10 @@ from miniagent.agent.config import _BOOL_WORDS, ConfigError
 from miniagent.settings import Settings, load_config, setting_fields
 
 INTS = [f.name for f in setting_fields() if f.type == "int"]
-MUST_BE_POSITIVE = ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_action_tokens", "max_run_tokens",
-                    "max_format_errors")
-ZERO_OR_MORE = ("n_threads", "max_repeats", "max_auto_continues", "openai_max_retries")
+MUST_BE_POSITIVE = ("max_input_chars", "max_turns", "max_tool_calls", "max_plan_tool_calls", "max_consecutive_failures",
+                    "max_action_tokens", "max_run_tokens", "max_format_errors", "n_ctx")
+ZERO_OR_MORE = ("calls_per_plan_step", "n_threads", "max_repeats", "max_auto_continues", "openai_max_retries")
+assert set(MUST_BE_POSITIVE + ZERO_OR_MORE) == set(INTS), "every integer setting has a bound, and this test knows it"
 spellings = st.builds(lambda word, upper, pad: (word.upper() if upper else word).center(len(word) + pad),
                       st.sampled_from(sorted(_BOOL_WORDS)), st.booleans(), st.integers(0, 2))
 
@@ -24,9 +25,10 @@ def test_a_boolean_setting_takes_any_spelling_of_true_or_false(word, layer, tmp_
 
     (es) Cualquier forma de escribir true o false, en mayúsculas o minúsculas y con espacios, llega al bucle con ese valor.
     """
-    missing = tmp_path_factory.mktemp("cfg") / "none.toml"
-    env = {"MINIAGENT_CONFIG": str(missing), "MINIAGENT_FINAL_ANSWER_ROUND": word} if layer == "env" else \
-        {"MINIAGENT_CONFIG": str(missing)}
+    empty = tmp_path_factory.mktemp("cfg") / "none.toml"  # an empty config file: not the checkout's
+    empty.write_text("", encoding="utf-8")
+    env = {"MINIAGENT_CONFIG": str(empty), "MINIAGENT_FINAL_ANSWER_ROUND": word} if layer == "env" else \
+        {"MINIAGENT_CONFIG": str(empty)}
     cli = {"final_answer_round": word} if layer == "cli" else {}
     assert load_config(cli=cli, env=env).tutor.final_answer_round is _BOOL_WORDS[word.strip().lower()]
 
@@ -38,7 +40,9 @@ def test_a_wrong_boolean_is_refused_naming_the_setting(word, tmp_path_factory):
 
     (es) Un valor que no es true ni false se rechaza, y el mensaje nombra el ajuste y dice true o false.
     """
-    env = {"MINIAGENT_CONFIG": str(tmp_path_factory.mktemp("cfg") / "none.toml"), "MINIAGENT_FINAL_ANSWER_ROUND": word}
+    empty = tmp_path_factory.mktemp("cfg") / "none.toml"
+    empty.write_text("", encoding="utf-8")
+    env = {"MINIAGENT_CONFIG": str(empty), "MINIAGENT_FINAL_ANSWER_ROUND": word}
     with pytest.raises(ConfigError, match=r"MINIAGENT_FINAL_ANSWER_ROUND: expected true or false"):
         load_config(env=env)
 
@@ -89,6 +93,7 @@ def test_a_time_limit_must_be_positive(name, value):
 
 
 def test_the_environment_is_read_when_none_is_given(monkeypatch, tmp_path):
+    (tmp_path / "none.toml").write_text("", encoding="utf-8")
     monkeypatch.setenv("MINIAGENT_CONFIG", str(tmp_path / "none.toml"))
     monkeypatch.setenv("MINIAGENT_MAX_TURNS", "3")
     assert load_config().tutor.max_turns == 3

@@ -138,6 +138,7 @@ def test_a_value_outside_a_settings_few_is_refused_from_every_layer_with_the_lis
 
 # A number with a bound: the value at the bound is taken, the next one past it refused, with the bound's words.
 BOUNDS = [("max_action_tokens", "1", "0", "max_action_tokens must be at least 1"),
+          ("n_ctx", "1", "0", "n_ctx must be at least 1"),
           ("openai_startup_s", "0.5", "0", "openai_startup_s must be positive"),
           ("n_threads", "0", "-1", r"n_threads must be 0 \(auto\) or more"),
           ("openai_max_retries", "0", "-1", "openai_max_retries must be 0 or more")]

@@ -120,6 +120,8 @@ def test_the_servers_faults_are_read_from_its_own_environment_when_none_is_given
 
 @pytest.mark.parametrize("argv, env, says", [
     (["--delay", "-1"], {}, "delay must be >= 0, got -1.0"),
+    (["--delay", "nan"], {}, "delay must be >= 0, got nan"),
+    ([], {"MINIAGENT_FAULT_DELAY": "nan"}, "delay must be >= 0, got nan"),
     ([], {"MINIAGENT_FAULT_DELAY": "soon"}, "MINIAGENT_FAULT_DELAY='soon' is not a number of seconds"),
     (["--delay", "soon"], {}, "argument --delay: invalid float value: 'soon'"),
 ])

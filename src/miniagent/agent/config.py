@@ -10,6 +10,7 @@ merged, so a setting that is read is also a setting that reaches its component.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from dataclasses import dataclass, fields
@@ -85,10 +86,17 @@ def _coerce(name: str, raw: Any, kind: type) -> Any:
             if word not in _BOOL_WORDS:
                 raise ValueError
             return _BOOL_WORDS[word]
-        return kind(raw)
-    except (TypeError, ValueError):
+        if kind in (int, float) and isinstance(raw, bool):  # a TOML true is no count and no time
+            raise ValueError
+        value = kind(raw)
+    except (TypeError, ValueError, OverflowError):
         wanted = "true or false" if kind is bool else kind.__name__
         raise ConfigError(f"{name}: expected {wanted}, got {raw!r}") from None
+    if kind is float and not math.isfinite(value):  # nan compares false with every bound: it would lift them all
+        raise ConfigError(f"{name}: expected a finite number, got {raw!r}")
+    if kind is int and isinstance(raw, float) and raw != value:  # 1.7 turns is not 1 turn
+        raise ConfigError(f"{name}: expected a whole number, got {raw!r}")
+    return value
 
 
 def setting_types(*classes: type) -> dict[str, type]:
@@ -112,17 +120,23 @@ def layered(types: Mapping[str, type], cli: Mapping[str, Any] | None = None, env
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
 
-    file_path = Path(path or env.get(CONFIG_FILE_ENV) or DEFAULT_CONFIG_FILE)
+    named = path or env.get(CONFIG_FILE_ENV)
+    file_path = Path(named or DEFAULT_CONFIG_FILE)
     if file_path.is_file():
-        with file_path.open("rb") as fh:
-            data = tomllib.load(fh)
+        try:
+            with file_path.open("rb") as fh:
+                data = tomllib.load(fh)
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{file_path}: not a TOML file ({err})") from None
         data = data.get("miniagent", data)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{file_path}: [miniagent] must be a table of settings, got {data!r}")
         for key, raw in data.items():
             if key in types:
                 values[key] = _coerce(key, raw, types[key])
             elif whole_file:
                 raise ConfigError(f"{file_path}: unknown setting {key!r}")
-    elif path is not None:
+    elif named:  # a file named by a flag or MINIAGENT_CONFIG must be there; only the default may be missing
         raise ConfigError(f"config file not found: {file_path}")
 
     for name, kind in types.items():
@@ -141,12 +155,15 @@ def layered(types: Mapping[str, type], cli: Mapping[str, Any] | None = None, env
 
 def check(config: TutorConfig) -> None:
     """Refuse a loop setting that no run could honour."""
-    for name in ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_run_tokens", "max_format_errors"):
+    for name in ("max_input_chars", "max_turns", "max_tool_calls", "max_plan_tool_calls", "max_consecutive_failures",
+                 "max_run_tokens", "max_format_errors"):
         if getattr(config, name) < 1:
             raise ConfigError(f"{name} must be at least 1")
     for name in ("wall_clock_s", "tool_timeout_s"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive")
+    if config.calls_per_plan_step < 0:
+        raise ConfigError("calls_per_plan_step must be 0 (a plan raises no limit) or more")
     if config.max_repeats < 0:
         raise ConfigError("max_repeats must be 0 (off) or more")
     if config.max_auto_continues < 0:

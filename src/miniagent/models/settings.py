@@ -55,6 +55,8 @@ def check(settings: ModelSettings) -> None:
     check_choice("llama_amx", settings.llama_amx, AMX_CHOICES)
     if settings.max_action_tokens < 1:
         raise ConfigError("max_action_tokens must be at least 1")
+    if settings.n_ctx < 1:  # 0 would make llama.cpp take the model's own window (128k tokens for Gemma 3)
+        raise ConfigError("n_ctx must be at least 1")
     if settings.openai_startup_s <= 0:
         raise ConfigError("openai_startup_s must be positive")
     if settings.n_threads < 0:

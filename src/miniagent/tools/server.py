@@ -308,7 +308,7 @@ def parse_faults(argv: list[str] | None = None, env: dict[str, str] | None = Non
             delay = float(raw) if raw else 0.0
         except ValueError:
             parser.error(f"{DELAY_ENV}={raw!r} is not a number of seconds")
-    if delay < 0:
+    if not delay >= 0:  # nan too: a delay no clock reaches
         parser.error(f"delay must be >= 0, got {delay}")
     hang_on = args.hang_on if args.hang_on is not None else env.get(HANG_ON_ENV, "")
     return delay, (hang_on.strip() or None)
