@@ -27,6 +27,16 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", default=None, help="write JSON-lines events to FILE ('-' for stdout)")
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:  # 0 would read every item, -1 all but the last (a slice)
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def _config_from(args: argparse.Namespace) -> Settings:
     cli = {f.name: getattr(args, f.name) for f in setting_fields()}
     return load_config(cli=cli, path=args.config)
@@ -42,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="score the tutor on an eval set")
     ev.add_argument("--set", dest="eval_set", default=None, help="JSON-lines file of {question, accept: [whole answers]}")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    ev.add_argument("--limit", type=int, default=None, help="only the first N items")
+    ev.add_argument("--limit", type=_at_least_one, default=None, help="only the first N items (1 or more)")
     _add_config_flags(ev)
     return parser
 
@@ -67,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         from .lab.evaluation import run_eval_cli
 
         return run_eval_cli(args, config)
-    except (FileNotFoundError, ValueError) as err:  # a bad --model path or --llm name
+    except (OSError, ValueError) as err:  # a bad --model path or --llm name, a --trace that cannot be written
         print(f"miniagent: {err}", file=sys.stderr)
         return 2
     except ServerFailed as err:  # the conjugation server did not start (a run's own server failures are typed)

@@ -45,6 +45,17 @@ def test_a_command_line_it_cannot_read_is_refused_with_usage(argv, capsys):
     assert capsys.readouterr().err.startswith("usage: miniagent ")
 
 
+@pytest.mark.parametrize("limit, says", [("0", "must be 1 or more, got 0"), ("-1", "must be 1 or more, got -1"),
+                                         ("three", "expected a whole number, got 'three'")])
+def test_an_eval_limit_below_one_item_is_refused(limit, says, capsys):
+    """--limit 0 scored every item and --limit -1 all but the last (a slice), both with status 0."""
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(["eval", "--limit", limit])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.endswith(f"miniagent eval: error: argument --limit: {says}\n")
+    assert build_parser().parse_args(["eval", "--limit", "1"]).limit == 1  # one item is a limit
+
+
 @pytest.mark.parametrize("command", ["ask", "eval"])
 def test_every_setting_is_a_flag_of_its_own_type_on_every_command(command):
     parser = build_parser()
@@ -158,3 +169,13 @@ def test_a_conjugation_server_that_cannot_start_ends_the_command_with_its_reason
         assert said[1:] == [f"miniagent: could not start the MCP server ({sys.executable} -m miniagent.tools.server): "
                             "MCPError: Connection closed (the server's own stderr, if any, is above)",
                             "Next: check that `python -m miniagent.tools.server` starts."], command
+
+
+def test_a_trace_that_cannot_be_written_is_refused_in_one_line(tmp_path):
+    """--trace naming a folder (or a file no one may write) ends the command with the system's words and status 2,
+    before any run: the run would have nowhere to say what it did."""
+    (tmp_path / "trace.d").mkdir()
+    proc = _module(tmp_path, "ask", "What is the past simple of go for she?", "--llm", "scripted:oracle",
+                   "--cache-dir", "", "--trace", "trace.d")
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr == "miniagent: [Errno 21] Is a directory: 'trace.d'\n"
