@@ -100,6 +100,25 @@ def test_the_learner_is_remembered_once_named(tmp_path):
         progress.resolve_learner(tmp_path, "../x")
 
 
+@pytest.mark.parametrize("name", ["", "x" * 65, "a/b", "a..b"])
+def test_a_name_no_folder_can_have_is_refused_and_not_remembered(tmp_path, name):
+    """Seen: a 300-character name reached the file system (File name too long), after it had been remembered, so
+    every later command failed the same way. An empty one was read as no name at all."""
+    progress.resolve_learner(tmp_path, "bea")
+    with pytest.raises(ValueError, match=r"is not usable as a folder name: use up to 64 letters"):
+        progress.resolve_learner(tmp_path, name)
+    assert progress.resolve_learner(tmp_path, None) == "bea", "the learner named before is still the one remembered"
+    assert progress.resolve_learner(tmp_path, "x" * 64) == "x" * 64
+
+
+def test_a_remembered_name_no_folder_can_have_says_how_to_name_yourself(tmp_path):
+    (tmp_path / progress.CURRENT_LEARNER).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / progress.CURRENT_LEARNER).write_text("x" * 300 + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^the remembered learner name 'x+' is not usable as a folder name: .*"
+                                         r"; name yourself with --learner NAME$"):
+        progress.resolve_learner(tmp_path, None)
+
+
 # --------------------------------------------------------------------------
 # hint, progress, next
 # --------------------------------------------------------------------------

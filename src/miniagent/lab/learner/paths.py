@@ -10,10 +10,10 @@ NOTEBOOK_FILE = "notebook.md"
 OLD_RELPATH = Path("phase-32") / "notes" / "breaks.md"  # the lab's first layout (see migrate)
 TEMPLATE_LEARNER = "_template"
 
-_LEARNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_LEARNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a folder name every file system takes
 
 
-def learner_folder(root: str | os.PathLike = ".", learner: str = "") -> Path:
+def learner_folder(root: str | os.PathLike, learner: str) -> Path:
     """``ROOT/learners/NAME``: everything of one learner.
 
     The name becomes a folder, so it must be a plain name: no slashes, no
@@ -23,7 +23,7 @@ def learner_folder(root: str | os.PathLike = ".", learner: str = "") -> Path:
     if not _LEARNER_RE.match(learner or "") or ".." in learner:
         raise ValueError(
             f"learner name {learner!r} is not usable as a folder name: "
-            "use letters, digits, '.', '_' or '-', starting with a letter or digit"
+            "use up to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     return Path(root) / "learners" / learner
 

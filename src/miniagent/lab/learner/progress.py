@@ -146,14 +146,18 @@ def remember_learner(root: Path, learner: str) -> None:
 def resolve_learner(root: Path, learner: str | None, *, required: bool = True) -> str | None:
     """The learner named on the command line (remembered for next time), else the one remembered."""
 
-    if learner:
-        learner_folder(root, learner)  # a usable name, or ValueError
+    if learner is not None:  # named, even as "": a usable name, or ValueError (never "not given")
+        learner_folder(root, learner)
         remember_learner(root, learner)
         return learner
     path = root / CURRENT_LEARNER
     if path.is_file():
         remembered = path.read_text(encoding="utf-8").strip()
         if remembered:
+            try:
+                learner_folder(root, remembered)
+            except ValueError as err:  # written by hand, or by an older lab: say how to get out of it
+                raise ValueError(f"the remembered {err}; name yourself with --learner NAME") from None
             return remembered
     if required:
         raise ValueError("who are you? Name yourself once with --learner NAME (your folder under learners/); "
