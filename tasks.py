@@ -242,6 +242,19 @@ def _lab(part: str):
     return importlib.import_module(f"miniagent.lab.commands.{part}")
 
 
+def _number(flag: str, raw, kind: type):
+    """A flag's value as an int or a finite float; a ValueError naming the flag otherwise (refused, exit 2)."""
+    import math
+
+    try:
+        value = kind(str(raw).strip())
+    except ValueError:
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)):
+        raise ValueError(f"{flag} takes {'a whole number' if kind is int else 'a number'}, got {raw!r}")
+    return value
+
+
 def _refuse(err: Exception) -> None:
     print(f"miniagent: {err}", file=sys.stderr)
     sys.exit(2)
@@ -372,7 +385,10 @@ def predict(c, variant, learner=None, lang=None):
 def exp(c, variant, input=None, timeout=None, learner=None, json=False, options=None):  # noqa: A002
     """Run a variant from a sandbox copy under the harness: live panel, kill at timeout, report."""
     llm = options.pop("llm")
-    record = _lab("experiment").exp(variant, question=input, timeout=float(timeout) if timeout else None, llm=llm,
+    seconds = _number("--timeout", timeout, float) if timeout is not None else None
+    if seconds is not None and seconds <= 0:
+        raise ValueError(f"--timeout takes a number of seconds above 0, got {timeout!r}")
+    record = _lab("experiment").exp(variant, question=input, timeout=seconds, llm=llm,
                         learner=learner, as_json=json, model_flags=shlex.split(_flags(**options)))
     if record is None or record.signal:  # no prediction yet (it said how to write one), or a crash (reported)
         sys.exit(1)
@@ -398,6 +414,7 @@ def check_breaks(c, real=False, only=None, under_load=False):
 
 
 @task(name="docs-results", help={"only": "one break only"})
+@refusing
 def docs_results(c, only=None):
     """Run every break and its fixed twin for real; write the docs' results tables and CPU charts."""
     _lab("maintainer").docs_results(ROOT / "docs_results", ROOT / "docs" / "assets" / "results", only=only)
@@ -420,6 +437,7 @@ def docs_check(c):
 
 # --- maintainers: the property tests' counterexamples, mutation testing -------------------------------------
 @task(help={"only": "one break only"})
+@refusing
 def counterexamples(c, only=None):
     """Run each break against its property tests; write hypothesis's smallest failing world to docs_results/."""
     from miniagent.lab.commands import counterexamples as ce
@@ -433,8 +451,8 @@ def mutants(c, max_children=2, wing=None):
     """Mutation testing of the whole package, wing by wing, with each wing's tests (mutmut; slow: not in CI)."""
     from miniagent.lab.commands import mutants as mm
 
-    wings = [w.strip() for w in str(wing).split(",") if w.strip()] if wing else list(mm.WINGS)
-    unknown = [w for w in wings if w not in mm.WINGS]
+    wings = [w.strip() for w in str(wing).split(",")] if wing is not None else list(mm.WINGS)  # "": no wing
+    unknown = [repr(w) if not w else w for w in wings if w not in mm.WINGS]
     if unknown:
         _refuse(f"no wing named {', '.join(unknown)}: the wings are {', '.join(mm.WINGS)}")
     unexplained = broken = 0
@@ -461,24 +479,47 @@ def mutants(c, max_children=2, wing=None):
     "json": "print the report as JSON",
     "grounding": "argument grounding in the learners' runs (default on; --no-grounding: the loop without it)",
 })
+@refusing
 def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questions_each=None, wall_clock_s=None,  # noqa: A002
                model_wall_clock_s=None, set=None, model=None, save=None, json=False, grounding=True):
     """A class on one model server: N learners run the eval at once; throughput, turn latency, guard stops."""
     import json as json_module
+    import re
 
     from rich.console import Console
 
     from miniagent.lab.commands import classload
+    from miniagent.lab.evaluation import load_eval_set
     from miniagent.lab.model_server import SERVERS, ServerNotReady
+    from miniagent.settings import load_config
 
     console = Console(quiet=json)
-    settings = {k: float(v) for k, v in (("wall_clock_s", wall_clock_s), ("model_wall_clock_s", model_wall_clock_s))
-                if v is not None}
+    # Everything a flag says is checked before the first learner starts: a class takes minutes, and a learner
+    # that refuses its settings would only say that it did not start.
+    settings = {k: _number(f"--{k.replace('_', '-')}", v, float) for k, v in
+                (("wall_clock_s", wall_clock_s), ("model_wall_clock_s", model_wall_clock_s)) if v is not None}
     if model:
+        if not Path(model).is_file():
+            raise ValueError(f"--model: model file not found: {model}")
         settings["model"] = model
     if not grounding:
         settings["ground_arguments"] = False
-    sizes = [int(n) for n in str(learners).split(",") if n.strip()]
+    load_config(cli=settings, env={})  # the bounds every learner's settings must meet
+    try:
+        sizes = [_number("--learners", n, int) for n in str(learners).split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--learners takes class sizes of 1 or more, comma-separated, got {learners!r}")
+    each = _number("--questions-each", questions_each, int) if questions_each is not None else None
+    if each is not None and each < 1:
+        raise ValueError(f"--questions-each takes 1 or more, got {questions_each!r}")
+    if set:
+        load_eval_set(Path(set))  # a set that cannot be read is refused by name (EvalSetError)
+    if save and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", save):
+        raise ValueError(f"--save takes a name (letters, digits, - and _), got {save!r}")
+    if base_url is not None and not re.match(r"https?://[^/\s]+", base_url):
+        raise ValueError(f"--base-url takes a server's URL (http://HOST:PORT/v1), got {base_url!r}")
     choices = (*SERVERS, classload.LOCAL)
     if base_url is None and server not in choices:
         _refuse(f"no server named {server!r}: choose one of {', '.join(choices)}, or give --base-url")
@@ -489,7 +530,7 @@ def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questi
     try:
         report = classload.class_load(sizes, server=server, base_url=base_url,
                                       eval_set=Path(set) if set else classload.DEFAULT_SET,
-                                      questions_each=int(questions_each) if questions_each else None,
+                                      questions_each=each,
                                       settings=settings, model_path=model, on_level=show)
     except (ServerNotReady, classload.ClassFailed) as err:  # the levels above it were shown as they ended
         print(f"miniagent: {err}", file=sys.stderr)

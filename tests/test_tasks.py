@@ -171,6 +171,26 @@ def test_an_in_process_task_exits_with_the_status_its_check_returned(monkeypatch
     assert exit_status(call) == status
 
 
+@pytest.mark.parametrize("call, says", [
+    (lambda: tasks.counterexamples(Context(), only="nosuch"), "unknown variant 'nosuch'; choose one of: no-cap"),
+    (lambda: tasks.docs_results(Context(), only="nosuch"), "unknown variant 'nosuch'; choose one of: no-cap"),
+    (lambda: tasks.check_breaks(Context(), only=""), "unknown variant ''; choose one of: no-cap"),
+    (lambda: tasks.counterexamples(Context(), only=""), "unknown variant ''; choose one of: no-cap"),
+    (lambda: tasks.mutants(Context(), wing=""), "no wing named '': the wings are agent, "),
+    (lambda: tasks.mutants(Context(), wing="agent,"), "no wing named '': the wings are agent, "),
+])
+def test_a_maintainer_task_refuses_a_name_it_does_not_know_or_an_empty_one_before_it_runs(monkeypatch, capsys,
+                                                                                          call, says):
+    """An empty --only or --wing read as "not given" and started every break or every wing (hours); an unknown
+    break ended counterexamples and docs-results in a traceback."""
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **kw: pytest.fail(f"ran {a}"))
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **kw: pytest.fail(f"started {a}"))
+    assert exit_status(call) == 2
+    assert capsys.readouterr().err.startswith(f"miniagent: {says}")
+
+
 def test_mutants_exit_1_when_a_survivor_is_unexplained_and_2_when_a_wing_tested_nothing(monkeypatch):
     from miniagent.lab.commands import mutants
 
@@ -416,6 +436,43 @@ def test_class_load_passes_the_server_it_is_given(monkeypatch, flag, server):
     monkeypatch.setattr(classload, "markdown", lambda report: "")
     assert exit_status(lambda: tasks.class_load(Context(), learners="1", **flag)) == 0
     assert (given["server"], given["base_url"]) == (server, None)
+
+
+@pytest.mark.parametrize("flags, says", [
+    ({"learners": "1,,x"}, "--learners takes class sizes of 1 or more, comma-separated, got '1,,x'"),
+    ({"learners": ""}, "--learners takes class sizes of 1 or more, comma-separated, got ''"),
+    ({"learners": "4,0"}, "--learners takes class sizes of 1 or more, comma-separated, got '4,0'"),
+    ({"questions_each": "0"}, "--questions-each takes 1 or more, got '0'"),
+    ({"questions_each": "two"}, "--questions-each takes a whole number, got 'two'"),
+    ({"wall_clock_s": "nan"}, "--wall-clock-s takes a number, got 'nan'"),
+    ({"wall_clock_s": "-1"}, "wall_clock_s must be positive"),
+    ({"model_wall_clock_s": "soon"}, "--model-wall-clock-s takes a number, got 'soon'"),
+    ({"set": "/nonexistent/eval.jsonl"}, "eval set not found: /nonexistent/eval.jsonl"),
+    ({"model": "/nonexistent/model.gguf"}, "--model: model file not found: /nonexistent/model.gguf"),
+    ({"save": "../../x"}, "--save takes a name (letters, digits, - and _), got '../../x'"),
+    ({"base_url": "not-a-url"}, "--base-url takes a server's URL (http://HOST:PORT/v1), got 'not-a-url'"),
+])
+def test_class_load_refuses_what_it_cannot_measure_before_any_learner_starts(monkeypatch, capsys, flags, says):
+    """A class takes minutes: a flag it cannot honour is refused by name at once (status 2), not found out by a
+    learner that then only says it did not start, or by a traceback after the measurement."""
+    from miniagent.lab.commands import classload
+
+    monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: pytest.fail("started a class"))
+    assert exit_status(lambda: tasks.class_load(Context(), **flags)) == 2
+    assert capsys.readouterr().err == f"miniagent: {says}\n"
+
+
+@pytest.mark.parametrize("timeout, says", [("nan", "--timeout takes a number, got 'nan'"),
+                                           ("abc", "--timeout takes a number, got 'abc'"),
+                                           ("0", "--timeout takes a number of seconds above 0, got '0'"),
+                                           ("-1", "--timeout takes a number of seconds above 0, got '-1'")])
+def test_exp_refuses_a_timeout_no_clock_can_reach(monkeypatch, capsys, timeout, says):
+    """A nan timeout compared false with the deadline: the harness never killed the run."""
+    from miniagent.lab.commands import experiment
+
+    monkeypatch.setattr(experiment, "exp", lambda *a, **kw: pytest.fail("ran an experiment"))
+    assert exit_status(lambda: tasks.exp(Context(), "no-cap", timeout=timeout)) == 2
+    assert capsys.readouterr().err == f"miniagent: {says}\n"
 
 
 def test_class_load_refuses_a_server_it_does_not_know(monkeypatch, capsys):

@@ -58,6 +58,11 @@ def test_find_by_alias_id_or_number():
     with pytest.raises(BreakError, match="unknown variant 'nope'.*no-cap") as unknown:
         find("nope")
     assert "invoke --help" not in str(unknown.value)
+    aliases = ", ".join(brk.alias for brk in catalogue())
+    assert str(unknown.value) == f"unknown variant 'nope'; choose one of: {aliases}", "break, fix... take no baseline"
+    with pytest.raises(BreakError) as unknown:
+        find("nope", also=("baseline",))  # exp runs the intact loop too
+    assert str(unknown.value) == f"unknown variant 'nope'; choose one of: baseline, {aliases}"
     # `invoke exp --help` reaches us as the variant "--help": say where a task's help is
     with pytest.raises(BreakError, match=r"unknown variant '--help'; .*\(a task's own help: invoke --help TASK, e\.g\. "
                                          r"invoke --help exp\)$"):

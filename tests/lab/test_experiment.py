@@ -87,9 +87,18 @@ def test_what_the_learner_gives_replaces_the_breaks_own_setup(harness, shown, tm
 
 def test_a_break_with_a_hard_cap_hands_it_to_the_harness(harness, shown, tmp_path, monkeypatch):
     capped = dataclasses.replace(find("no-dedup"), hard_cap_s=42.0)
-    monkeypatch.setattr(experiment, "find", lambda variant: capped)
+    monkeypatch.setattr(experiment, "find", lambda variant, also=(): capped)
     experiment.exp("no-dedup", live=False, runs_dir=tmp_path)
     assert harness.calls[0][1]["hard_cap"] == 42.0
+
+
+def test_an_unknown_variant_is_refused_naming_the_baseline_too(harness, shown, tmp_path):
+    """exp runs the intact loop as "baseline" (break, fix and the rest do not, and do not offer it)."""
+    from miniagent.lab.catalogue import BreakError
+
+    with pytest.raises(BreakError, match=r"^unknown variant 'nope'; choose one of: baseline, no-cap, "):
+        experiment.exp("nope", live=False, runs_dir=tmp_path)
+    assert harness.calls == []
 
 
 def test_the_baseline_runs_the_intact_loop_on_the_capped_question(harness, shown, tmp_path):
@@ -138,6 +147,33 @@ def test_the_source_copy_goes_even_when_the_harness_fails(monkeypatch, shown, tm
     with pytest.raises(RuntimeError, match="the harness failed"):
         experiment.exp("no-dedup", live=False, runs_dir=tmp_path)
     assert harness.sandbox is not None and not harness.sandbox.exists()
+
+
+@pytest.mark.parametrize("said, exit_code, loop_start_s, refused", [
+    (["miniagent: unknown llm 'nosuch': use llama, openai or scripted:<behaviour>", ""], 2, None,
+     "the run did not start: unknown llm 'nosuch': use llama, openai or scripted:<behaviour>"),
+    (["usage: miniagent ask ...", "miniagent ask: error: argument --n-ctx: invalid int value: 'abc'"], 2, None,
+     "the run did not start: error: argument --n-ctx: invalid int value: 'abc'"),
+    ([], 2, None, "the run did not start: no reason given"),
+    (["Traceback ..."], 1, None, None),   # a crash before the loop: reported as one, with its record
+    (["miniagent: interrupted"], 2, 0.8, None),  # a run that started is a run, whatever its status
+])
+def test_a_run_whose_agent_refused_its_command_line_is_refused_by_name_and_leaves_no_record(
+        monkeypatch, shown, tmp_path, said, exit_code, loop_start_s, refused):
+    """Seen: `invoke exp no-dedup --llm nosuch` reported a crash, "not exercised: run it again", saved its record
+    and exited 0; the agent's own words (an unknown model) were nowhere."""
+    record = RunRecord(command=[], timeout=0.0, outcome="crash", exit_code=exit_code, loop_start_s=loop_start_s,
+                       stderr_tail=said, started_at="2026-11-27T01:02:03")
+    harness = StandInHarness(record=record, trace=None)
+    monkeypatch.setattr(experiment, "run_experiment", harness)
+    if refused is None:
+        assert experiment.exp("no-dedup", live=False, runs_dir=tmp_path) is record
+        assert (tmp_path / "03-no-dedup").is_dir()
+        return
+    with pytest.raises(ValueError) as err:
+        experiment.exp("no-dedup", live=False, runs_dir=tmp_path)
+    assert str(err.value) == refused
+    assert not (tmp_path / "03-no-dedup").exists() and not harness.sandbox.exists()
 
 
 @pytest.mark.parametrize("change, checked", [

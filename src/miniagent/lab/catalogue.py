@@ -208,16 +208,17 @@ def catalogue(root: Path = ROOT) -> list[Break]:
     return [Break.load(p) for p in sorted((root / "breaks").iterdir()) if (p / "break.toml").is_file()]
 
 
-def find(name: str, root: Path = ROOT) -> Break:
-    """A break by id ("00-no-cap"), alias ("no-cap") or number ("00")."""
+def find(name: str, root: Path = ROOT, *, also: tuple[str, ...] = ()) -> Break:
+    """A break by id ("00-no-cap"), alias ("no-cap") or number ("00"). ``also``: the other names the caller
+    takes, listed first when the name is none of them (``exp`` runs the intact loop as "baseline")."""
     breaks = catalogue(root)
     for brk in breaks:
         if name in (brk.id, brk.alias, number_of(brk.id)):
             return brk
-    names = ", ".join(b.alias for b in breaks)
+    names = ", ".join([*also, *(b.alias for b in breaks)])
     # invoke reads `invoke exp --help` as the variant "--help": its help is `invoke --help exp`
     flag = " (a task's own help: invoke --help TASK, e.g. invoke --help exp)" if name.startswith("-") else ""
-    raise BreakError(f"unknown variant {name!r}; choose one of: baseline, {names}{flag}")
+    raise BreakError(f"unknown variant {name!r}; choose one of: {names}{flag}")
 
 
 # `invoke check all` / `invoke watch all`: every guard test, not one break's

@@ -133,7 +133,7 @@ def write(results_dir: Path, only: str | None = None, root: Path = ROOT) -> list
 
     results_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    selected = [find_break(only, root)] if only else catalogue(root)
+    selected = [find_break(only, root)] if only is not None else catalogue(root)
     for brk in selected:
         started = time.monotonic()
         found = find(brk, root)

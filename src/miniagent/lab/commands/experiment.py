@@ -8,6 +8,7 @@ notes.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -45,7 +46,7 @@ def predict(variant: str, learner: str, lang: str | None = None) -> None:
 
 
 def _resolve(variant: str) -> Break | None:
-    return None if variant == BASELINE else find(variant)
+    return None if variant == BASELINE else find(variant, also=(BASELINE,))
 
 
 def exp(variant: str, *, question: str | None = None, timeout: float | None = None, llm: str | None = None,
@@ -99,6 +100,9 @@ def _run_in_sandbox(brk: Break | None, question: str, llm: str, run_flags: list[
                                 env={"PYTHONPATH": str(sandbox / "src")}, cwd=sandbox, live=live,
                                 clock="loop", needs=brk.needs if brk else None,
                                 hard_cap=brk.hard_cap_s if brk else None)
+        if record.exit_code == 2 and record.loop_start_s is None:  # the agent refused its command line: no run
+            said = next((line.strip() for line in reversed(record.stderr_tail) if line.strip()), "no reason given")
+            raise ValueError(f"the run did not start: {re.sub(r'^miniagent( [a-z]+)?: ', '', said)}")
         if brk is not None and _own_setup(brk, question, llm, run_flags) and record.needs_met is not False:
             record.expect_failures = brk.expect.failures(record.to_dict())
         json_path, svg_path = save_record(record, runs_dir / variant_id, title=f"{variant_id} — {llm}")

@@ -43,7 +43,7 @@ def check_breaks(*, use_ci_models: bool = True, only: str | None = None, under_l
     """
     failures: list[str] = []
     original = source_digest(root / "src")
-    selected = [find(only, root)] if only else catalogue(root)  # an unknown name is refused, never "all ok"
+    selected = [find(only, root)] if only is not None else catalogue(root)  # "" or an unknown name: refused
     with (busy_core() if under_load else contextlib.nullcontext()):
         intact = _named_tests_on_intact_source(selected, root)
         for brk in selected:
@@ -189,7 +189,7 @@ def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -
     results_dir.mkdir(parents=True, exist_ok=True)
     assets_dir.mkdir(parents=True, exist_ok=True)
     for brk in catalogue():
-        if only and brk.id != find(only).id:
+        if only is not None and brk.id != find(only).id:
             continue
         screen.console.rule(brk.id)
         broken = exp(brk.alias, live=False)
