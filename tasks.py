@@ -95,6 +95,54 @@ def _agent_trace(trace: str | None):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+# --- refusals: a clear line and exit status 2, never a traceback ------------------------------------
+def _number(flag: str, raw, kind: type):
+    """A flag's value as an int or a finite float; a ValueError naming the flag otherwise (refused, exit 2)."""
+    import math
+
+    try:
+        value = kind(str(raw).strip())
+    except ValueError:
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)):
+        raise ValueError(f"{flag} takes {'a whole number' if kind is int else 'a number'}, got {raw!r}")
+    return value
+
+
+def _check_save_name(save: str | None) -> None:
+    """--save NAME becomes docs_results/<kind>-NAME.json: a name, checked before the measurement it would save."""
+    import re
+
+    if save is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", save):
+        raise ValueError(f"--save takes a name (letters, digits, - and _), got {save!r}")
+
+
+def _refuse(err: Exception) -> None:
+    print(f"miniagent: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _errors():
+    """The learner-facing refusals: a clear message and exit status 2, never a traceback."""
+    from miniagent.lab.catalogue import BreakError
+    from miniagent.lab.learner.notebook import PredictionError
+    from miniagent.lab.learner.progress import StateError
+
+    return BreakError, PredictionError, StateError, ValueError
+
+
+def refusing(body):
+    """One refusal path for every task: a learner-facing error becomes one line and exit status 2."""
+    @functools.wraps(body)
+    def task_body(*args, **kwargs):
+        try:
+            return body(*args, **kwargs)
+        except _errors() as err:
+            _refuse(err)
+
+    return task_body
+
+
 def _flags(**values) -> str:
     """--flag value pairs for the CLI; None means "not given" (lower config layers apply)."""
     parts = []
@@ -214,12 +262,19 @@ def test(c, k=None, quick=False):
             "load": "(c): idle or busy (one core kept busy by another program); default both",
             "runs": "(c): processes per figure, the median is shown (default 5)",
             "save": "(c): also write docs_results/bench-NAME.json and its tables for the docs"})
+@refusing
 def bench(c, json=False, only=None, amx=None, load=None, runs=None, save=None):
     """Print the speed figures (turn latency vs decode, KV reuse, start -> answer/fallback, eval time...)."""
     loads = {"idle": "idle", "busy": "'one core busy'"}
+    asked = [x.strip() for x in (load or "").split(",") if x.strip()]
+    if any(x not in loads for x in asked):  # before minutes of measuring: bench's own names are not the flag's
+        _refuse(f"--load takes idle or busy (or both, comma-separated), got {load!r}")
+    if runs is not None and _number("--runs", runs, int) < 1:
+        _refuse(f"--runs takes 1 or more, got {runs!r}")
+    _check_save_name(save)
     flags = [_flags(json=json, only=only, runs=runs, save=save)]
     flags += [f"--amx {shlex.quote(a.strip())}" for a in (amx or "").split(",") if a.strip()]
-    flags += [f"--load {loads.get(x.strip(), shlex.quote(x.strip()))}" for x in (load or "").split(",") if x.strip()]
+    flags += [f"--load {loads[x]}" for x in asked]
     _run(c, f"{PY} -m miniagent.lab.commands.bench {' '.join(flags)}", who="bench")
 
 
@@ -240,45 +295,6 @@ def _lab(part: str):
     """The lab's commands: ``exercises`` (the loop a learner works in), ``experiment`` (exp, predict, tour) and
     ``maintainer`` (check-breaks, the docs' results), each a module of miniagent.lab.commands."""
     return importlib.import_module(f"miniagent.lab.commands.{part}")
-
-
-def _number(flag: str, raw, kind: type):
-    """A flag's value as an int or a finite float; a ValueError naming the flag otherwise (refused, exit 2)."""
-    import math
-
-    try:
-        value = kind(str(raw).strip())
-    except ValueError:
-        value = None
-    if value is None or (kind is float and not math.isfinite(value)):
-        raise ValueError(f"{flag} takes {'a whole number' if kind is int else 'a number'}, got {raw!r}")
-    return value
-
-
-def _refuse(err: Exception) -> None:
-    print(f"miniagent: {err}", file=sys.stderr)
-    sys.exit(2)
-
-
-def _errors():
-    """The learner-facing refusals: a clear message and exit status 2, never a traceback."""
-    from miniagent.lab.catalogue import BreakError
-    from miniagent.lab.learner.notebook import PredictionError
-    from miniagent.lab.learner.progress import StateError
-
-    return BreakError, PredictionError, StateError, ValueError
-
-
-def refusing(body):
-    """One refusal path for every task: a learner-facing error becomes one line and exit status 2."""
-    @functools.wraps(body)
-    def task_body(*args, **kwargs):
-        try:
-            return body(*args, **kwargs)
-        except _errors() as err:
-            _refuse(err)
-
-    return task_body
 
 
 @task
@@ -516,8 +532,7 @@ def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questi
         raise ValueError(f"--questions-each takes 1 or more, got {questions_each!r}")
     if set:
         load_eval_set(Path(set))  # a set that cannot be read is refused by name (EvalSetError)
-    if save and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", save):
-        raise ValueError(f"--save takes a name (letters, digits, - and _), got {save!r}")
+    _check_save_name(save)
     if base_url is not None and not re.match(r"https?://[^/\s]+", base_url):
         raise ValueError(f"--base-url takes a server's URL (http://HOST:PORT/v1), got {base_url!r}")
     choices = (*SERVERS, classload.LOCAL)

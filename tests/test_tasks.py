@@ -462,6 +462,27 @@ def test_class_load_refuses_what_it_cannot_measure_before_any_learner_starts(mon
     assert capsys.readouterr().err == f"miniagent: {says}\n"
 
 
+@pytest.mark.parametrize("flags, says", [
+    ({"load": "x"}, "--load takes idle or busy (or both, comma-separated), got 'x'"),
+    ({"load": "idle,one core busy"}, "--load takes idle or busy (or both, comma-separated), got 'idle,one core busy'"),
+    ({"runs": "0"}, "--runs takes 1 or more, got '0'"),
+    ({"runs": "five"}, "--runs takes a whole number, got 'five'"),
+    ({"save": "../x"}, "--save takes a name (letters, digits, - and _), got '../x'"),
+])
+def test_bench_refuses_its_flags_before_it_measures(flags, says, capsys):
+    """bench's own --load names ('one core busy') are not the task's (busy): the refusal came from the bench process
+    in its words; a bad --runs or --save came after minutes of measuring."""
+    c = FakeContext(0)
+    assert exit_status(lambda: tasks.bench(c, only="c", **flags)) == 2
+    assert c.commands == [] and capsys.readouterr().err == f"miniagent: {says}\n"
+
+
+def test_bench_hands_each_load_to_the_bench_in_its_own_words():
+    c = FakeContext(0)
+    assert exit_status(lambda: tasks.bench(c, only="c", load="busy,idle", runs="3", save="Lab_2-b")) == 0
+    assert c.commands[0].endswith("--only c --runs 3 --save Lab_2-b --load 'one core busy' --load idle")
+
+
 @pytest.mark.parametrize("timeout, says", [("nan", "--timeout takes a number, got 'nan'"),
                                            ("abc", "--timeout takes a number, got 'abc'"),
                                            ("0", "--timeout takes a number of seconds above 0, got '0'"),
