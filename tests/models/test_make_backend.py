@@ -8,6 +8,7 @@ recorders (no model is loaded, no server asked).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
 import pytest
@@ -156,6 +157,22 @@ def test_a_number_past_its_bound_is_refused_from_every_layer_and_the_bound_itsel
     for layer in ({"cli": {name: past}, "env": {}}, {"env": {f"MINIAGENT_{name.upper()}": past}}):
         with pytest.raises(ConfigError, match=f"^{message}$"):
             load_config(**layer)
+
+
+@pytest.mark.parametrize("url", ["not-a-url", "ftp://host/v1", "http:///v1", ""])
+def test_a_model_server_url_that_names_no_server_is_refused_from_every_layer(url):
+    """It was sent anyway and retried as a server out of reach ("could not reach"), status 1, seconds later."""
+    from miniagent.agent.config import ConfigError
+    from miniagent.settings import load_config
+
+    says = f"^openai_base_url must be a server's URL \\(http://HOST:PORT/v1\\), not {re.escape(repr(url))}$"
+    with pytest.raises(ConfigError, match=says):
+        load_config(cli={"openai_base_url": url}, env={})
+    if url:  # an empty variable is a variable not set
+        with pytest.raises(ConfigError, match=says):
+            load_config(env={"MINIAGENT_OPENAI_BASE_URL": url})
+    for good in ("http://127.0.0.1:8000/v1", "https://models.example.org/v1"):
+        assert load_config(cli={"openai_base_url": good}, env={}).model.openai_base_url == good
 
 
 def test_each_backend_refuses_a_decode_mode_it_has_not_before_it_loads_or_asks_anything():

@@ -6,6 +6,7 @@ vars < CLI flags); :func:`~miniagent.models.make_backend` hands each one to the 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,3 +64,6 @@ def check(settings: ModelSettings) -> None:
         raise ConfigError("n_threads must be 0 (auto) or more")
     if settings.openai_max_retries < 0:
         raise ConfigError("openai_max_retries must be 0 or more")
+    if not re.match(r"https?://[^/\s]+", settings.openai_base_url):  # else retried as a server out of reach
+        raise ConfigError(f"openai_base_url must be a server's URL (http://HOST:PORT/v1), not "
+                          f"{settings.openai_base_url!r}")
