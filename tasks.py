@@ -117,9 +117,9 @@ def _check_save_name(save: str | None) -> None:
         raise ValueError(f"--save takes a name (letters, digits, - and _), got {save!r}")
 
 
-def _refuse(err: Exception) -> None:
+def _refuse(err: Exception | str, status: int = 2) -> None:
     print(f"miniagent: {err}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(status)
 
 
 def _errors():
@@ -500,13 +500,13 @@ def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questi
                model_wall_clock_s=None, set=None, model=None, save=None, json=False, grounding=True):
     """A class on one model server: N learners run the eval at once; throughput, turn latency, guard stops."""
     import json as json_module
-    import re
 
     from rich.console import Console
 
     from miniagent.lab.commands import classload
     from miniagent.lab.evaluation import load_eval_set
     from miniagent.lab.model_server import SERVERS, ServerNotReady
+    from miniagent.models.settings import SERVER_URL
     from miniagent.settings import load_config
 
     console = Console(quiet=json)
@@ -533,7 +533,7 @@ def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questi
     if set:
         load_eval_set(Path(set))  # a set that cannot be read is refused by name (EvalSetError)
     _check_save_name(save)
-    if base_url is not None and not re.match(r"https?://[^/\s]+", base_url):
+    if base_url is not None and not SERVER_URL.match(base_url):
         raise ValueError(f"--base-url takes a server's URL (http://HOST:PORT/v1), got {base_url!r}")
     choices = (*SERVERS, classload.LOCAL)
     if base_url is None and server not in choices:
@@ -548,8 +548,7 @@ def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questi
                                       questions_each=each,
                                       settings=settings, model_path=model, on_level=show)
     except (ServerNotReady, classload.ClassFailed) as err:  # the levels above it were shown as they ended
-        print(f"miniagent: {err}", file=sys.stderr)
-        sys.exit(1)
+        _refuse(err, status=1)  # a class that failed, not a refused input
     console.print(classload.markdown(report), markup=False, highlight=False)
     if save:
         for path in classload.save(report, ROOT / "docs_results", save):

@@ -43,6 +43,9 @@ RESPONSE_FORMATS = ("auto", "json_schema", "json_object")
 AMX_CHOICES = ("auto", "on", "off")
 
 
+SERVER_URL = re.compile(r"https?://[^/\s]+")  # what names a model server: a scheme and a host (class-load's too)
+
+
 def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     """One of a setting's few values, or a :class:`ConfigError` that lists them (the backends ask it too)."""
     if value not in allowed:
@@ -64,6 +67,6 @@ def check(settings: ModelSettings) -> None:
         raise ConfigError("n_threads must be 0 (auto) or more")
     if settings.openai_max_retries < 0:
         raise ConfigError("openai_max_retries must be 0 or more")
-    if not re.match(r"https?://[^/\s]+", settings.openai_base_url):  # else retried as a server out of reach
+    if not SERVER_URL.match(settings.openai_base_url):  # else retried as a server out of reach
         raise ConfigError(f"openai_base_url must be a server's URL (http://HOST:PORT/v1), not "
                           f"{settings.openai_base_url!r}")
