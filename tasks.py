@@ -10,6 +10,7 @@ import contextlib
 import functools
 import importlib
 import inspect
+import os
 import shlex
 import shutil
 import sys
@@ -27,15 +28,19 @@ def task(*args, **kwargs):
 
     A task's ``finally`` blocks stop what it started in sessions of its own (the agent under the harness,
     a model server, the learners of a class); killed by ``timeout`` or a closed terminal, Python would skip
-    them and leave those processes behind (``miniagent.processes.stops_unwind``).
+    them and leave those processes behind (``miniagent.processes.stops_unwind``). A task whose reader went away
+    (``invoke exp --json | head -1``) unwinds the same way and ends quietly (:func:`_reader_gone`).
     """
     def unwinding(body):
         @functools.wraps(body)
         def task_body(*a, **k):
             from miniagent.processes import stops_unwind
 
-            with stops_unwind():
-                return body(*a, **k)
+            try:
+                with stops_unwind():
+                    return body(*a, **k)
+            except BrokenPipeError:
+                _reader_gone()
 
         return task_body
 
@@ -56,11 +61,61 @@ def _run(c, command: str, *, trace: Path | None = None, who: str = "process") ->
     return 0
 
 
+# A shell's status for a writer whose reader went away: 128 + SIGPIPE.
+READER_GONE = 141
+
+
+def _reader_gone() -> None:
+    """End quietly, as a shell's ``cmd | head`` does: no traceback, status 141. Python's own advice (the signal
+    module's note on SIGPIPE): point the streams at /dev/null first, so that the exit's flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(devnull, stream.fileno())
+    sys.exit(READER_GONE)
+
+
+def _our_children() -> list:
+    import psutil
+
+    return psutil.Process().children()
+
+
+class _Output:
+    """Where a command's output goes: our own stream, until whoever reads it goes away
+    (``invoke ask --trace - | head -1``). invoke's copying thread would die of the broken pipe and invoke would stop
+    waiting, leaving the command running on its own; here, as in a shell, the command is stopped instead (SIGTERM:
+    the lab's commands unwind and stop what they started), and invoke waits for it while the rest is dropped."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.reader_gone = stream, False
+
+    def write(self, text: str) -> None:
+        if self.reader_gone:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except BrokenPipeError:
+            import psutil
+
+            self.reader_gone = True
+            for child in _our_children():  # the command (invoke runs one at a time)
+                with contextlib.suppress(psutil.Error):
+                    child.terminate()
+
+    def flush(self) -> None:
+        """write() flushes."""
+
+
 def _status(c, command: str, *, who: str, trace: Path | None = None) -> int:
     """:func:`_run`'s work without the exit: the command's status (128 + the signal when it died of one,
     named in one clear report)."""
-    with c.cd(str(ROOT)):
-        result = c.run(command, warn=True)  # a Result always: nothing here disowns or runs in the background
+    out, err = _Output(sys.stdout), _Output(sys.stderr)
+    with c.cd(str(ROOT)):  # a Result always: nothing here disowns or runs in the background
+        result = c.run(command, warn=True, out_stream=out, err_stream=err)
+    if out.reader_gone or err.reader_gone:
+        _reader_gone()
     if result.exited is not None and result.exited < 0:
         _report_crash(result, trace, who)
         return 128 - result.exited

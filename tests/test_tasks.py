@@ -15,8 +15,10 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -645,3 +647,142 @@ def test_every_wings_mutants_run_in_processes_forked_from_a_server_that_ran_no_t
         table = tomllib.loads(mutmut_config(wing))["tool"]["mutmut"]
         assert table["process_isolation"] == "forkserver", wing
         assert table["only_mutate"] == WINGS[wing][0]
+
+
+def with_a_closed_reader(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run a command whose stdout's reader has already gone, as after `... | head -1` once head has exited."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(argv, stdout=write, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, timeout=120)
+    finally:
+        os.close(write)
+
+
+def test_a_command_whose_reader_went_away_is_stopped_and_the_task_ends_quietly():
+    """`invoke ask --trace - | head -1`: invoke's copying thread died of the broken pipe, invoke printed its
+    ThreadException traceback, stopped waiting and left the agent running (here with no cap and no clock)."""
+    mark = f"/nonexistent-reader-gone-{os.getpid()}"  # PATH reaches the agent and its MCP server alike
+    env = {**os.environ, "PATH": os.environ["PATH"] + os.pathsep + mark, "MINIAGENT_MAX_RUN_TOKENS": "1000000000"}
+    proc = with_a_closed_reader([sys.executable, "-m", "invoke", "ask", "Please conjugate the verb eat lovingly",
+                                 "--llm", "scripted:wanderer", "--max-turns", "100000", "--max-tool-calls", "100000",
+                                 "--wall-clock-s", "100000", "--trace", "-"], env=env)
+    assert proc.returncode == tasks.READER_GONE == 128 + signal.SIGPIPE, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+    left = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if mark in p.environ().get("PATH", ""):
+                left.append(p.cmdline())
+    assert left == [], "the command outlived its task"
+
+
+READER_GONE_BODY = """
+import sys
+sys.path.insert(0, {root!r})
+import tasks
+from invoke import Context
+
+@tasks.task
+def prints(c):
+    try:
+        print("x" * 100_000, flush=True)
+    finally:
+        sys.stderr.write("unwound\\n")
+
+prints(Context())
+"""
+
+
+def test_a_task_that_prints_to_a_reader_gone_unwinds_and_ends_quietly():
+    proc = with_a_closed_reader([sys.executable, "-c", READER_GONE_BODY.format(root=str(ROOT))])
+    assert proc.returncode == 141 and proc.stderr == "unwound\n"
+
+
+class Pipe:
+    """One of our streams: it keeps what is written; once ``gone``, its flush fails as a pipe without a reader does."""
+
+    def __init__(self) -> None:
+        self.gone, self.written = False, []
+
+    def write(self, text: str) -> None:
+        self.written.append(text)
+
+    def flush(self) -> None:
+        if self.gone:
+            raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_commands_output_is_copied_until_the_reader_goes_then_the_command_is_stopped_and_the_rest_dropped(
+        monkeypatch):
+    sleeper, quick = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["true"])
+    command, ended = psutil.Process(sleeper.pid), psutil.Process(quick.pid)
+    quick.wait()  # a child that is already gone must not keep the others from being stopped
+    monkeypatch.setattr(tasks, "_our_children", lambda: [ended, command])
+    pipe = Pipe()
+    out = tasks._Output(pipe)
+    out.write("one\n")
+    out.flush()
+    assert pipe.written == ["one\n"] and not out.reader_gone and sleeper.poll() is None
+    pipe.gone = True
+    out.write("two\n")
+    assert out.reader_gone is True and sleeper.wait(timeout=30) == -signal.SIGTERM
+    out.write("three\n")
+    assert pipe.written == ["one\n", "two\n"]
+
+
+def test_our_children_are_the_processes_this_one_started():
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert child.pid in {p.pid for p in tasks._our_children()}
+    finally:
+        child.kill()
+        child.wait()
+
+
+class Writing(FakeContext):
+    """A command that writes to one of the task's streams, then is stopped (SIGTERM) as its reader went away."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(-signal.SIGTERM)
+        self.stream, self.calls = stream, []  # a list: invoke's Context keeps a copy of what is set on it
+
+    def run(self, command, **kwargs):
+        self.calls.append(kwargs)
+        kwargs[f"{self.stream}_stream"].write("a line\n")
+        return super().run(command)
+
+
+@pytest.mark.parametrize("broken", ["out", "err"])
+def test_a_command_whose_reader_went_away_ends_the_task_quietly_not_as_a_crash(broken, monkeypatch):
+    pipes = {"out": Pipe(), "err": Pipe()}
+    pipes[broken].gone = True
+    monkeypatch.setattr(tasks.sys, "stdout", pipes["out"])
+    monkeypatch.setattr(tasks.sys, "stderr", pipes["err"])
+    monkeypatch.setattr(tasks, "_our_children", list)
+    monkeypatch.setattr(tasks, "_report_crash", lambda *a, **k: pytest.fail("a reader gone is not a crash"))
+    monkeypatch.setattr(tasks, "_reader_gone", lambda: sys.exit("reader gone"))
+    c = Writing(broken)
+    assert exit_status(lambda: tasks._status(c, "python -m miniagent ask x", who="agent")) == "reader gone"
+    [got] = c.calls
+    assert got["warn"] is True and {type(got[f"{s}_stream"]) for s in pipes} == {tasks._Output}
+    assert {s: got[f"{s}_stream"].reader_gone for s in pipes} == {s: s == broken for s in pipes}
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_task_whose_reader_went_away_points_its_streams_at_devnull_and_exits_141(closed, monkeypatch):
+    def fileno(name):
+        def give():
+            if name == closed:
+                raise (OSError if closed == "stdout" else ValueError)("closed")
+            return {"stdout": 1, "stderr": 2}[name]
+        return give
+
+    opened, duplicated = [], []
+    for name in ("stdout", "stderr"):
+        monkeypatch.setattr(tasks.sys, name, types.SimpleNamespace(fileno=fileno(name)))
+    monkeypatch.setattr(tasks.os, "open", lambda path, flags: opened.append((path, flags)) or 99)
+    monkeypatch.setattr(tasks.os, "dup2", lambda fd, onto: duplicated.append((fd, onto)))
+    assert exit_status(tasks._reader_gone) == 141
+    assert opened == [(os.devnull, os.O_WRONLY)]
+    assert duplicated == [(99, 2 if closed == "stdout" else 1)]
