@@ -187,11 +187,15 @@ def _errors():
 
 
 def refusing(body):
-    """One refusal path for every task: a learner-facing error becomes one line and exit status 2."""
+    """One refusal path for every task: a learner-facing error becomes one line and exit status 2, and a
+    ``--learner`` named on a refused command is not remembered."""
     @functools.wraps(body)
     def task_body(*args, **kwargs):
+        from miniagent.lab.learner.progress import RememberedUnlessRefused
+
         try:
-            return body(*args, **kwargs)
+            with RememberedUnlessRefused(ROOT):
+                return body(*args, **kwargs)
         except _errors() as err:
             _refuse(err)
 

@@ -786,3 +786,33 @@ def test_a_task_whose_reader_went_away_points_its_streams_at_devnull_and_exits_1
     assert exit_status(tasks._reader_gone) == 141
     assert opened == [(os.devnull, os.O_WRONLY)]
     assert duplicated == [(99, 2 if closed == "stdout" else 1)]
+
+
+@pytest.mark.parametrize("before", [None, b"ada\n"])
+def test_a_learner_named_on_a_refused_command_is_not_remembered(before, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(tasks, "ROOT", tmp_path)
+    current = tmp_path / progress.CURRENT_LEARNER
+    if before is not None:
+        current.parent.mkdir()
+        current.write_bytes(before)
+    assert exit_status(lambda: tasks.break_(Context(), "nosuch", learner="bob")) == 2
+    assert "unknown variant 'nosuch'" in capsys.readouterr().err
+    assert (current.read_bytes() if current.exists() else None) == before
+    assert exit_status(lambda: tasks.check(Context(), "no-cap", dry_run=True, learner="bob")) == 0
+    assert current.read_text() == "bob\n"  # a command that goes through remembers its learner
+
+
+def test_what_is_put_back_on_a_refusal_is_what_was_remembered_before_and_the_refusal_goes_on(tmp_path):
+    current = tmp_path / progress.CURRENT_LEARNER
+    with pytest.raises(ValueError, match="refused"), progress.RememberedUnlessRefused(tmp_path):
+        progress.remember_learner(tmp_path, "bob")
+        raise ValueError("refused")
+    assert not current.exists()
+    progress.remember_learner(tmp_path, "ada")
+    with pytest.raises(KeyError), progress.RememberedUnlessRefused(tmp_path):
+        progress.remember_learner(tmp_path, "bob")
+        raise KeyError("any error")
+    assert current.read_text() == "ada\n"
+    with progress.RememberedUnlessRefused(tmp_path):
+        progress.remember_learner(tmp_path, "bob")
+    assert current.read_text() == "bob\n"

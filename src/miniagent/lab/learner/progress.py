@@ -143,6 +143,27 @@ def remember_learner(root: Path, learner: str) -> None:
     path.write_text(learner + "\n", encoding="utf-8")
 
 
+class RememberedUnlessRefused:
+    """Around a command: a learner named on it is remembered only if the command goes through. When it is
+    refused (a break that does not exist, say), the learner remembered before, or none, is put back.
+    A class rather than ``@contextmanager``: mutmut leaves decorated functions unmutated."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / CURRENT_LEARNER
+        self.before = self.path.read_bytes() if self.path.is_file() else None
+
+    def __enter__(self) -> RememberedUnlessRefused:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if kind is not None and issubclass(kind, Exception):
+            if self.before is None:
+                self.path.unlink(missing_ok=True)
+            else:
+                self.path.write_bytes(self.before)
+        return False  # the refusal goes on
+
+
 def resolve_learner(root: Path, learner: str | None, *, required: bool = True) -> str | None:
     """The learner named on the command line (remembered for next time), else the one remembered."""
 
