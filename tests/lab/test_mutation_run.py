@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from miniagent.lab.commands import mutants
+from miniagent.lab.commands.undecorated import decorated, undecorate
 
 LISTING = """
     miniagent.agent.loop.x_a__mutmut_1: killed
@@ -59,6 +60,8 @@ class StandInMutmut:
         assert capture_output
         return subprocess.CompletedProcess(argv, 0, out if text else out.encode(), "" if text else b"")
 
+DECORATED = "import functools\n\n\n@functools.cache\ndef f():\n    return 1\n"
+
 
 @pytest.fixture
 def checkout(tmp_path, monkeypatch):
@@ -66,6 +69,9 @@ def checkout(tmp_path, monkeypatch):
     root = tmp_path / "checkout"
     (root / "src" / "miniagent" / "agent").mkdir(parents=True)
     (root / "src" / "miniagent" / "agent" / "loop.py").write_text("x = 1\n")
+    (root / "src" / "miniagent" / "agent" / "guards.py").write_text(DECORATED)  # in the agent wing
+    (root / "src" / "miniagent" / "tools").mkdir()
+    (root / "src" / "miniagent" / "tools" / "lexicon.py").write_text(DECORATED)  # in none of the runs below
     (root / "src" / "miniagent" / "__pycache__").mkdir()
     (root / "src" / "miniagent" / "__pycache__" / "loop.cpython-311.pyc").write_bytes(b"\0")
     (root / "src" / "miniagent.egg-info").mkdir()
@@ -110,6 +116,8 @@ def test_mutmut_runs_in_a_sandbox_with_the_wing_s_config_and_the_sandbox_goes(mo
     copied = stand_in.sandbox_during_run
     assert copied["src/miniagent/agent/loop.py"] == "x = 1\n" and copied["tests/test_loop.py"].startswith("def")
     assert copied["README.md"] == "read by a test\n" and copied["docs/index.md"] == "a page\n"
+    assert copied["src/miniagent/agent/guards.py"] == undecorate(DECORATED) != DECORATED  # mutmut mutates f()
+    assert copied["src/miniagent/tools/lexicon.py"] == DECORATED  # not this wing's
     assert copied["tasks.py"] == "" and not any("__pycache__" in name or "egg-info" in name for name in copied)
     # the checkout's own [tool.mutmut] table, every line of it, gives way to the wing's
     assert copied["pyproject.toml"] == ('[project]\nname = "x"\n\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]'
@@ -248,3 +256,106 @@ def test_a_report_of_a_broken_check_says_so_first_and_names_no_leftover_when_the
     ("", False), (":", False), ("/elsewhere", False)])
 def test_a_process_is_the_runs_when_an_entry_of_its_pythonpath_is_the_sandbox_or_inside_it(pythonpath, named):
     assert mutants.names_sandbox(pythonpath.replace(":", os.pathsep), Path("/tmp/run-a")) is named
+
+
+def test_the_files_a_wing_mutates_are_those_its_patterns_name(tmp_path):
+    for name in ("src/miniagent/agent/loop.py", "src/miniagent/agent/x/deep.py", "src/miniagent/tools/server.py",
+                 "src/miniagent/agent/notes.txt", "tasks.py", "tests/agent/test_loop.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    named = [p.relative_to(tmp_path).as_posix() for p in mutants.mutated_files(tmp_path, "agent")]
+    assert named == ["src/miniagent/agent/loop.py", "src/miniagent/agent/x/deep.py"]
+    assert [p.name for p in mutants.mutated_files(tmp_path, "tasks")] == ["tasks.py"]
+
+
+# Every kind of decorated function the package has, each decorator saying when it was applied, and to what.
+WRITTEN = '''
+import contextlib
+applied = []
+
+
+def mark(tag):
+    def decorate(function):
+        applied.append((tag, function.__name__))
+        function.marks = [tag, *getattr(function, "marks", [])]
+        return function
+    return decorate
+
+
+@mark("outer")
+@mark(
+    "inner, on two lines",
+)
+def two(x):
+    """Kept."""
+    return x + 1
+
+
+class Box:
+    @staticmethod
+    def kept():
+        return "static"
+
+    @property
+    def size(self):
+        return 3
+
+
+@contextlib.contextmanager
+def managed():
+    yield "inside"
+
+
+def outer():
+    @mark("nested")
+    async def inner():
+        return 4
+    return inner
+
+
+@mark("last, no newline")
+def last():
+    five = 5
+    return five'''
+
+
+def test_a_decorated_function_is_written_out_as_itself_then_its_decorators_applied_nearest_first():
+    written = undecorate(WRITTEN)
+    assert decorated(written) == [] and [f.name for f in decorated(WRITTEN)] == ["two", "managed", "last", "size",
+                                                                                 "inner"]
+    assert "    @staticmethod\n    def kept():" in written  # mutmut mutates these as they are
+    # the function's own lines, as they were (mutmut numbers its mutants the same), then its decorators
+    assert 'def two(x):\n    """Kept."""\n    return x + 1\ntwo = mark("outer")(mark(\n    "inner, on two lines",\n)(two))\n' in written
+    assert "    async def inner():\n        return 4\n    inner = mark(\"nested\")(inner)\n    return inner" in written
+    assert written.endswith('\ndef last():\n    five = 5\n    return five\nlast = mark("last, no newline")(last)\n')
+    before, after = {}, {}
+    exec(compile(WRITTEN, "before", "exec"), before)
+    exec(compile(written, "after", "exec"), after)
+    for space in (before, after):
+        assert space["two"](1) == 2 and space["two"].marks == ["outer", "inner, on two lines"]
+        assert space["Box"]().size == 3 and space["Box"].kept() == "static"
+        with space["managed"]() as inside:
+            assert inside == "inside"
+        assert space["outer"]().marks == ["nested"] and space["last"]() == 5
+    assert before["applied"] == after["applied"] == [("inner, on two lines", "two"), ("outer", "two"),
+                                                     ("last, no newline", "last"), ("nested", "inner")]
+
+
+def test_a_decorator_that_names_its_own_function_is_refused_not_written_out_wrong():
+    with pytest.raises(ValueError, match=r"line 7: a decorator of size\(\) names it; write it out by hand"):
+        undecorate("class Box:\n    @property\n    def size(self):\n        return self._size\n\n"
+                   "    @size.setter\n    def size(self, value):\n        self._size = value\n")
+
+
+def test_every_file_a_wing_mutates_is_written_out_whole_and_still_compiles():
+    root = Path(__file__).resolve().parents[2]
+    files = {path for wing in mutants.WINGS for path in mutants.mutated_files(root, wing)}
+    assert root / "tasks.py" in files and root / "src" / "miniagent" / "tools" / "lexicon.py" in files
+    written = 0
+    for path in sorted(files):
+        source = path.read_text(encoding="utf-8")
+        out = undecorate(source)
+        assert decorated(out) == [], path
+        compile(out, str(path), "exec")
+        written += out != source
+    assert written >= 10  # the tasks, the context managers, the cached lexicon, the properties

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ..catalogue import ROOT
 from ..patching import digest
+from .undecorated import undecorate
 
 EXPLAINED = Path("tests") / "mutants-explained.md"
 
@@ -144,7 +145,16 @@ def _sandbox(root: Path, wing: str) -> Path:
     project = (root / "pyproject.toml").read_text(encoding="utf-8")
     project = re.sub(r"\n\[tool\.mutmut\]\n(?:(?!\n\[).)*", "\n", project, flags=re.S)
     (work / "pyproject.toml").write_text(project.rstrip() + "\n\n" + mutmut_config(wing), encoding="utf-8")
+    for path in mutated_files(work, wing):  # mutmut skips decorated functions: undecorated.py says why
+        path.write_text(undecorate(path.read_text(encoding="utf-8")), encoding="utf-8")
     return work
+
+
+def mutated_files(work: Path, wing: str) -> list[Path]:
+    """The Python files of ``work`` that the wing's mutmut run mutates (``only_mutate``)."""
+    patterns = WINGS[wing][0]
+    return [path for path in sorted(work.rglob("*.py"))
+            if any(fnmatch.fnmatch(path.relative_to(work).as_posix(), pattern) for pattern in patterns)]
 
 
 def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
