@@ -79,7 +79,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
              "src/miniagent/__main__.py", "src/miniagent/__init__.py"],
             ["cli/test_cli", "cli/test_processes", "cli/test_cpu_measure", "lab/test_crash", "agent/test_config",
              "agent/test_properties_config", "tools/test_mcp_server", "test_tasks", "test_settings_reach"]),
-    "tasks": (["tasks.py"], ["test_tasks", "docs/test_docs_commands"]),
+    "tasks": (["tasks.py"], ["test_tasks", "test_task_bodies", "docs/test_docs_commands"]),
 }
 # The test files no wing runs, each with why. Every other test file must be named by a wing (tests/test_tasks.py
 # checks it): a new test file left out of every wing would kill no mutant, and its wing's score would say so only
