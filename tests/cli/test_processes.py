@@ -25,9 +25,15 @@ from miniagent.processes import (Terminated, alive, install_sigterm_handler, rea
 
 @pytest.fixture
 def handlers():
-    """The test process's own handlers, put back whatever a test does."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    yield saved
+    """Handlers of the test's own for SIGTERM and SIGHUP, the process's put back afterwards whatever a test does.
+
+    A signal that gets past the code under test then fails the test; with the default handlers it would end the
+    test process (a mutation run read that as a mutant that survived)."""
+    def escaped(sig, frame):
+        raise AssertionError(f"signal {sig} reached the handler outside the code under test")
+
+    saved = {sig: signal.signal(sig, escaped) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    yield {sig: escaped for sig in saved}
     for sig, handler in saved.items():
         signal.signal(sig, handler)
 

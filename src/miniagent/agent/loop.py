@@ -59,10 +59,6 @@ class Outcome:
     stats: Stats
     final_answer: str = ""  # the model's answer in the final round after a limit (also inside ``answer``)
 
-    @property
-    def fallback(self) -> bool:
-        return self.stop_reason != "answered"
-
 
 def grammar_tutor(
     user_input: str,
