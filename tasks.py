@@ -191,10 +191,10 @@ def refusing(body):
     ``--learner`` named on a refused command is not remembered."""
     @functools.wraps(body)
     def task_body(*args, **kwargs):
-        from miniagent.lab.learner.progress import RememberedUnlessRefused
+        from miniagent.lab.learner.progress import remembered_unless_refused
 
         try:
-            with RememberedUnlessRefused(ROOT):
+            with remembered_unless_refused(ROOT):
                 return body(*args, **kwargs)
         except _errors() as err:
             _refuse(err)

@@ -389,16 +389,29 @@ def test_a_process_a_mutation_run_left_behind_is_killed_and_named(tmp_path, monk
     # another run's sandbox, whose name begins with this one's: a process there is not this run's
     outside = subprocess.Popen(sleeper, env={**os.environ, "PYTHONPATH": mutants.import_path(tmp_path / (work.name + "2"))})
     no_path = subprocess.Popen(sleeper, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    # an experiment's agent, its own copy's src/ on its path, and the server it started with few variables
+    server_starts_its_own = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+                             "'import time; time.sleep(62)']); time.sleep(61)")
+    agent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable, "
+                              f"'-c', {server_starts_its_own!r}], env={{}}); time.sleep(60)"],
+                             env={**os.environ, "PYTHONPATH": str(tmp_path / "exp" / "src"), mutants.RUN_MARK: str(work)})
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone_seen = psutil.Process(gone.pid)
     gone.wait()  # shown in the table, gone when it is read: the next ones are still looked at
     try:
-        for proc in (inside, outside, no_path):  # until each has exec'd: before that it has our environment
+        for proc in (inside, outside, no_path, agent):  # until each has exec'd: before that it has our environment
             deadline = time.monotonic() + 10
             while "time.sleep(60)" not in " ".join(psutil.Process(proc.pid).cmdline()):
                 assert time.monotonic() < deadline, "the sleeper never started"
                 time.sleep(0.01)
-        own = [gone_seen, *(psutil.Process(pid) for pid in (no_path.pid, inside.pid, outside.pid, os.getpid()))]
+        deadline = time.monotonic() + 10
+        while [" ".join(c.cmdline())[-14:] for c in psutil.Process(agent.pid).children(recursive=True)] != [
+                "time.sleep(61)", "time.sleep(62)"]:
+            assert time.monotonic() < deadline, "the agent's server and what it started never started"
+            time.sleep(0.01)
+        server, its_own = psutil.Process(agent.pid).children(recursive=True)
+        own = [gone_seen, *(psutil.Process(pid) for pid in (no_path.pid, inside.pid, agent.pid, outside.pid,
+                                                            os.getpid()))]
 
         def own_processes(attrs):
             for proc in own:
@@ -408,13 +421,19 @@ def test_a_process_a_mutation_run_left_behind_is_killed_and_named(tmp_path, monk
 
         monkeypatch.setattr(psutil, "process_iter", own_processes)
         left = mutants.reap_leftovers(work)
-        assert left == [f"{sys.executable} -c import time; time.sleep(60)"]
+        assert left == [f"{sys.executable} -c import time; time.sleep(60)", " ".join(agent.args),
+                        f"{sys.executable} -c {server_starts_its_own}", f"{sys.executable} -c import time; time.sleep(62)"]
         assert not psutil.pid_exists(inside.pid), "killed and reaped (here our child; an orphan is init's)"
+        assert not psutil.pid_exists(agent.pid), "the agent killed"
+        assert not server.is_running() and not its_own.is_running(), "and what it started, to the last"
         assert outside.poll() is None and no_path.poll() is None, "a process outside the sandbox is not touched"
     finally:
-        for proc in (inside, outside, no_path):
+        for proc in (inside, outside, no_path, agent):
             proc.kill()
             proc.wait(timeout=5)
+        for started in (locals().get("server"), locals().get("its_own")):
+            with contextlib.suppress(AttributeError, psutil.Error):
+                started.kill()
 
 
 @pytest.mark.parametrize("flag, settings", [({}, {}), ({"grounding": False}, {"ground_arguments": False})])
@@ -804,15 +823,15 @@ def test_a_learner_named_on_a_refused_command_is_not_remembered(before, monkeypa
 
 def test_what_is_put_back_on_a_refusal_is_what_was_remembered_before_and_the_refusal_goes_on(tmp_path):
     current = tmp_path / progress.CURRENT_LEARNER
-    with pytest.raises(ValueError, match="refused"), progress.RememberedUnlessRefused(tmp_path):
+    with pytest.raises(ValueError, match="refused"), progress.remembered_unless_refused(tmp_path):
         progress.remember_learner(tmp_path, "bob")
         raise ValueError("refused")
     assert not current.exists()
     progress.remember_learner(tmp_path, "ada")
-    with pytest.raises(KeyError), progress.RememberedUnlessRefused(tmp_path):
+    with pytest.raises(KeyError), progress.remembered_unless_refused(tmp_path):
         progress.remember_learner(tmp_path, "bob")
         raise KeyError("any error")
     assert current.read_text() == "ada\n"
-    with progress.RememberedUnlessRefused(tmp_path):
+    with progress.remembered_unless_refused(tmp_path):
         progress.remember_learner(tmp_path, "bob")
     assert current.read_text() == "bob\n"

@@ -260,7 +260,7 @@ def test_a_process_is_the_runs_when_an_entry_of_its_pythonpath_is_the_sandbox_or
 
 def test_the_files_a_wing_mutates_are_those_its_patterns_name(tmp_path):
     for name in ("src/miniagent/agent/loop.py", "src/miniagent/agent/x/deep.py", "src/miniagent/tools/server.py",
-                 "src/miniagent/agent/notes.txt", "tasks.py", "tests/agent/test_loop.py"):
+                 "src/miniagent/agent/notes.txt", "tasks.py", "tests/agent/test_loop.py", ".venv/src/miniagent/agent/x.py"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
     named = [p.relative_to(tmp_path).as_posix() for p in mutants.mutated_files(tmp_path, "agent")]

@@ -94,6 +94,9 @@ NO_WING = {
 # What the tests read besides the code: mutmut copies these into its own copy too (``also_copy``), where the
 # tests run and where the package's ROOT is.
 ALSO_COPY = ("breaks", "labs", "docs", "docs_hooks", "docs_results", "learners", "mkdocs.yml", "README.md", ".ci")
+# Set for mutmut, and so for every process its tests start, whatever PYTHONPATH the lab gives them: how
+# reap_leftovers finds an experiment's agent that a killed test left running (its own copy's src/ names no run).
+RUN_MARK = "MUTATION_RUN"
 # Left out of every run, by their markers: the slow tests (every break's tour, fifty killed runs: the others hold
 # the same code) and the timing ones (two mutants at once on 2 cores would fail them). By marker, not by name: a
 # `-k "not maintainer_check"` here once left out, without a word, every test of a new file whose name held it.
@@ -151,9 +154,10 @@ def _sandbox(root: Path, wing: str) -> Path:
 
 
 def mutated_files(work: Path, wing: str) -> list[Path]:
-    """The Python files of ``work`` that the wing's mutmut run mutates (``only_mutate``)."""
+    """The Python files of ``work`` that the wing's mutmut run mutates (``only_mutate``): the package's, or
+    ``tasks.py`` (``source_paths``; a checkout's virtual environment is never walked)."""
     patterns = WINGS[wing][0]
-    return [path for path in sorted(work.rglob("*.py"))
+    return [path for path in sorted([*work.glob("*.py"), *(work / "src").rglob("*.py")])
             if any(fnmatch.fnmatch(path.relative_to(work).as_posix(), pattern) for pattern in patterns)]
 
 
@@ -167,6 +171,7 @@ def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
         env["HYPOTHESIS_PROFILE"] = "mutants"  # tests/conftest.py: 30 examples per property, derandomized
         env["PYTHONPATH"] = import_path(work)
+        env[RUN_MARK] = str(work)
         before = checkout_digest(root)
         mutmut = [sys.executable, "-m", "mutmut"]
         with open(log_path(wing), "w", encoding="utf-8") as log:
@@ -198,22 +203,38 @@ def reap_leftovers(work: Path) -> list[str]:
     """Kill what the run's tests left running, and say what it was.
 
     mutmut kills a test that outlives its timeout with SIGKILL, which gives the test no chance to stop what it
-    started: a wedged MCP server (the hang fault) then outlives the run, an orphan. Every process a test
-    starts inherits the run's PYTHONPATH, which names the sandbox; that is how they are found."""
+    started: a wedged MCP server (the hang fault) then outlives the run, an orphan. A process a test starts
+    inherits the run's PYTHONPATH, which names the sandbox, or, where the lab gives it another (the agent of
+    an experiment runs its own copy's src/), :data:`RUN_MARK`; and what those started (an agent's MCP server
+    gets a few safe variables only) is theirs."""
     import psutil
 
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if proc.pid != os.getpid() and names_sandbox(proc.environ().get("PYTHONPATH", ""), work):
+            env = proc.environ()
+            if proc.pid != os.getpid() and (names_sandbox(env.get("PYTHONPATH", ""), work)
+                                            or env.get(RUN_MARK) == str(work)):
                 found.append(proc)
         except psutil.Error:  # gone meanwhile, or not ours to read
             continue
+    for proc in list(found):
+        with contextlib.suppress(psutil.Error):
+            found += [child for child in proc.children(recursive=True) if child not in found]
+    names = [_named(proc) for proc in found]
     for proc in found:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     psutil.wait_procs(found, timeout=2)
-    return [" ".join(proc.info["cmdline"] or []) or f"pid {proc.pid}" for proc in found]
+    return names
+
+
+def _named(proc) -> str:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return " ".join(proc.cmdline()) or f"pid {proc.pid}"
+    return f"pid {proc.pid}"
 
 
 def names_sandbox(pythonpath: str, work: Path) -> bool:

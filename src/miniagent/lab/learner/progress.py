@@ -18,13 +18,14 @@ so ``--learner`` is needed once, not on every command.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..words import LANGS, section
 from .paths import learner_folder, notebook_path
@@ -143,25 +144,20 @@ def remember_learner(root: Path, learner: str) -> None:
     path.write_text(learner + "\n", encoding="utf-8")
 
 
-class RememberedUnlessRefused:
+@contextlib.contextmanager
+def remembered_unless_refused(root: Path) -> Iterator[None]:
     """Around a command: a learner named on it is remembered only if the command goes through. When it is
-    refused (a break that does not exist, say), the learner remembered before, or none, is put back.
-    A class rather than ``@contextmanager``: mutmut leaves decorated functions unmutated."""
-
-    def __init__(self, root: Path) -> None:
-        self.path = root / CURRENT_LEARNER
-        self.before = self.path.read_bytes() if self.path.is_file() else None
-
-    def __enter__(self) -> RememberedUnlessRefused:
-        return self
-
-    def __exit__(self, kind, error, traceback) -> bool:
-        if kind is not None and issubclass(kind, Exception):
-            if self.before is None:
-                self.path.unlink(missing_ok=True)
-            else:
-                self.path.write_bytes(self.before)
-        return False  # the refusal goes on
+    refused (a break that does not exist, say), the learner remembered before, or none, is put back."""
+    path = root / CURRENT_LEARNER
+    before = path.read_bytes() if path.is_file() else None
+    try:
+        yield
+    except Exception:
+        if before is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_bytes(before)
+        raise
 
 
 def resolve_learner(root: Path, learner: str | None, *, required: bool = True) -> str | None:
