@@ -104,3 +104,33 @@ def test_a_phrasal_verb_given_in_the_past_is_told_its_base_form_with_its_particl
     with pytest.raises(ConjugationError) as refused:
         cj.validate_verb("went out")
     assert str(refused.value) == "'went' is the past of 'go'; give the base form 'go out'."
+
+
+@pytest.mark.parametrize("word, past, why", [
+    ("redig", "redug", "a prefix and a verb of three letters, the shortest rest a prefix may take"),
+    ("re-member", "re-membered", "hyphenated: the joined word is a verb, its last part is not"),
+    ("re-fer", "re-ferred", "the joined word's own spelling (its doubled r), hyphenated again"),
+    ("double-dry-clean", "double-dry-cleaned", "two hyphens: the last part alone is the verb"),
+])
+def test_a_word_the_lexicon_lacks_inflects_like_the_verb_it_is_made_of(word, past, why):
+    assert lexicon._lexicon_stems(word) is None, "not in the lexicon itself"
+    assert lexicon.stems_of(word)["past"] == past, why
+
+
+def test_a_hyphenated_word_made_of_no_verb_is_not_one():
+    assert lexicon.stems_of("zzq-qzz") is None
+
+
+@pytest.mark.parametrize("rows, says", [
+    ([("go", "past", "went", "."), ("go", "past", "gone", ".")], "bad or repeated stem 'past' for 'go'"),
+    ([("go", "pluperfect", "went", ".")], "bad or repeated stem 'pluperfect' for 'go'"),
+])
+def test_a_chosen_form_under_a_stem_that_is_not_one_or_given_twice_is_a_packaging_bug(rows, says, monkeypatch):
+    monkeypatch.setattr(lexicon, "_tsv", lambda name, header: rows)
+    with pytest.raises(RuntimeError, match=re.escape(f"chosen_forms.tsv: {says}")):
+        lexicon._chosen_forms.__wrapped__()  # the cache holds the real file's reading
+
+
+def test_chosen_forms_of_different_verbs_under_the_same_stem_are_each_kept(monkeypatch):
+    monkeypatch.setattr(lexicon, "_tsv", lambda name, header: [("go", "past", "went", "."), ("be", "past", "was", ".")])
+    assert lexicon._chosen_forms.__wrapped__() == {"go": {"past": "went"}, "be": {"past": "was"}}
