@@ -254,3 +254,25 @@ def repo_copy(dest: Path) -> Path:
         shutil.copytree(root / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copy(root / "pyproject.toml", dest / "pyproject.toml")
     return dest
+
+
+def repo_tasks():
+    """The repository's tasks.py, loaded from its file: ``import tasks`` through sys.path fails inside mutmut's
+    sandbox (invoke mutants), where the same file is the one being mutated."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    if "tasks" not in sys.modules or Path(getattr(sys.modules["tasks"], "__file__", "")).resolve() != root / "tasks.py":
+        spec = importlib.util.spec_from_file_location("tasks", root / "tasks.py")
+        sys.modules["tasks"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["tasks"])
+    return sys.modules["tasks"]
+
+
+def exit_status(call) -> int:
+    """The status a task ends with: what it passed to sys.exit, or 0."""
+    try:
+        call()
+    except SystemExit as done:
+        return 0 if done.code is None else done.code
+    return 0

@@ -6,7 +6,6 @@ status of what it ran. These tests read that for every task, flags given and fla
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
 import signal
@@ -15,26 +14,14 @@ import types
 from pathlib import Path
 
 import pytest
+from helpers import exit_status, repo_tasks
 from invoke import Context
 
 from miniagent.lab.learner import progress
 
 ROOT = Path(__file__).resolve().parents[1]
-# The repository's tasks.py, loaded from its file (see tests/test_tasks.py for why not `import tasks`).
-if "tasks" not in sys.modules or Path(getattr(sys.modules["tasks"], "__file__", "")).resolve() != ROOT / "tasks.py":
-    _spec = importlib.util.spec_from_file_location("tasks", ROOT / "tasks.py")
-    sys.modules["tasks"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["tasks"])
-tasks = sys.modules["tasks"]
+tasks = repo_tasks()
 PY = shlex.quote(sys.executable)
-
-
-def exit_status(call):
-    try:
-        call()
-    except SystemExit as done:
-        return 0 if done.code is None else done.code
-    return 0
 
 
 class Lab:
@@ -58,7 +45,7 @@ class Lab:
 
 
 class Commands(Context):
-    """Runs nothing: records each command, with the streams and the trace the task gave, and "exits" with 0."""
+    """Runs nothing: records each command and "exits" with 0."""
 
     def __init__(self) -> None:
         super().__init__()

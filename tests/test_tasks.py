@@ -7,7 +7,6 @@ progress.json through as a traceback would teach that the lab's own tools fail u
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import shlex
@@ -22,19 +21,13 @@ import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from helpers import NAPS_60_S
+from helpers import NAPS_60_S, exit_status, repo_tasks
 from invoke import Config, Context
 
 from miniagent.lab.learner import progress
 
 ROOT = Path(__file__).resolve().parents[1]
-# The repository's tasks.py, loaded from its file: `import tasks` through sys.path fails inside mutmut's
-# sandbox (invoke mutants), where the same file is the one being mutated.
-if "tasks" not in sys.modules or Path(getattr(sys.modules["tasks"], "__file__", "")).resolve() != ROOT / "tasks.py":
-    _spec = importlib.util.spec_from_file_location("tasks", ROOT / "tasks.py")
-    sys.modules["tasks"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["tasks"])
-tasks = sys.modules["tasks"]
+tasks = repo_tasks()
 
 DAMAGED = b'{"version": 1, "breaks": {"00-no-cap": {"hints": 1}},}'
 
@@ -68,14 +61,6 @@ COMMAND_TASKS = {
     "ask": lambda c: tasks.ask(c, "What is the past simple of go for she?", llm="scripted:oracle"),
     "eval": lambda c: tasks.eval_(c, llm="scripted:oracle"),
 }
-
-
-def exit_status(call) -> int:
-    try:
-        call()
-    except SystemExit as done:
-        return 0 if done.code is None else done.code
-    return 0
 
 
 @pytest.mark.parametrize("name", sorted(COMMAND_TASKS))
