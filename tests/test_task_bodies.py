@@ -157,11 +157,11 @@ def test_exp_hands_on_every_flag_and_exits_1_without_a_record_or_after_a_crash(l
         assert exit_status(lambda: tasks.exp(Context(), "no-cap")) == 1
 
 
-@pytest.mark.parametrize("timeout, refused", [("0.001", False), ("0", True), ("-1", True)])
-def test_exp_takes_any_timeout_above_zero(timeout, refused, lab):
+def test_exp_takes_any_timeout_above_zero(lab):
+    """The least it takes (0 and below are refused: tests/test_tasks.py)."""
     lab.answers = {"exp": types.SimpleNamespace(signal=None)}
-    assert exit_status(lambda: tasks.exp(Context(), "no-cap", timeout=timeout)) == (2 if refused else 0)
-    assert len(lab.calls) == (0 if refused else 1)
+    assert exit_status(lambda: tasks.exp(Context(), "no-cap", timeout="0.001")) == 0
+    assert [call[3]["timeout"] for call in lab.calls] == [0.001]
 
 
 def test_the_docs_tasks_write_where_the_docs_read(lab, tmp_path, monkeypatch, capsys):
@@ -252,7 +252,6 @@ def test_bench_hands_on_every_flag(monkeypatch):
     assert ran == [(f"{PY} -m miniagent.lab.commands.bench --json --only c --runs 1 --save mine --amx on --amx off "
                     "--load 'one core busy' --load idle", "bench"),
                    (f"{PY} -m miniagent.lab.commands.bench ", "bench")]
-    assert exit_status(lambda: tasks.bench(Commands(), runs="0")) == 2 and len(ran) == 2
 
 
 def test_mutants_runs_each_wing_asked_for_and_exits_with_what_the_runs_found(monkeypatch, capsys):
@@ -365,20 +364,12 @@ def test_class_load_hands_every_flag_to_the_class_and_prints_and_saves_its_repor
     assert capsys.readouterr().out == json.dumps({"levels": ["one"]}) + "\n"  # JSON alone: the console is quiet
 
 
-@pytest.mark.parametrize("each, refused", [("1", False), ("0", True)])
-def test_class_load_takes_one_question_each_or_more(each, refused, monkeypatch, tmp_path, capsys):
+def test_class_load_takes_one_question_each(monkeypatch):
+    """The least it takes (0 is refused: tests/test_tasks.py)."""
     from miniagent.lab.commands import classload
 
-    monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: {"levels": []})
+    given = {}
+    monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: given.update(kw) or {"levels": []})
     monkeypatch.setattr(classload, "markdown", lambda report: "")
-    assert exit_status(lambda: tasks.class_load(Context(), learners="1", questions_each=each)) == (2 if refused else 0)
-    assert ("--questions-each takes 1 or more" in capsys.readouterr().err) is refused
-
-
-def test_class_load_names_every_server_it_knows_when_it_refuses_one(monkeypatch, capsys):
-    from miniagent.lab.commands import classload
-    from miniagent.lab.model_server import SERVERS
-
-    monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: pytest.fail("started a class"))
-    assert exit_status(lambda: tasks.class_load(Context(), learners="1", server="vllm")) == 2
-    assert f"choose one of {', '.join((*SERVERS, classload.LOCAL))}, or give --base-url" in capsys.readouterr().err
+    assert exit_status(lambda: tasks.class_load(Context(), learners="1", questions_each="1")) == 0
+    assert given["questions_each"] == 1

@@ -502,12 +502,14 @@ def test_exp_refuses_a_timeout_no_clock_can_reach(monkeypatch, capsys, timeout, 
     assert capsys.readouterr().err == f"miniagent: {says}\n"
 
 
-def test_class_load_refuses_a_server_it_does_not_know(monkeypatch, capsys):
+def test_class_load_refuses_a_server_it_does_not_know_naming_every_one_it_does(monkeypatch, capsys):
     from miniagent.lab.commands import classload
+    from miniagent.lab.model_server import SERVERS
 
     monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: pytest.fail("started a class"))
     assert exit_status(lambda: tasks.class_load(Context(), learners="1", server="vllm")) == 2
-    assert "no server named 'vllm'" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"miniagent: no server named 'vllm': choose one of "
+                                       f"{', '.join((*SERVERS, classload.LOCAL))}, or give --base-url\n")
 
 
 @pytest.mark.parametrize("failure", ["a learner did not start (see /tmp/class): ''",
