@@ -408,3 +408,45 @@ def test_the_counts_come_from_the_trace_as_it_was_read():
     assert (rec.identical_calls, rec.tool_errors, rec.last_action) == (1, 1, "again")
     assert rec.loop_start_s == 0.123 and len(rec.scratchpad_tail) == 7 and rec.scratchpad_tail == list(progress.tail)
     assert record().loop_start_s is None
+
+
+# --------------------------------------------------------------------------- the clean-up's own guards
+
+
+def test_a_ctrl_c_during_the_clean_up_is_ignored_and_the_handler_comes_back_after_it():
+    def mine(signum, frame):  # pragma: no cover - never called
+        raise AssertionError
+
+    before = signal.signal(signal.SIGINT, mine)
+    try:
+        with pytest.raises(RuntimeError), process_tree.sigint_ignored():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            raise RuntimeError("the block fails: the handler still comes back")
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_outside_the_main_thread_the_clean_up_runs_and_leaves_the_handler_alone():
+    import threading
+
+    seen: list = []
+
+    def clean_up() -> None:  # signal.signal() would raise ValueError here: only the main thread may set it
+        with process_tree.sigint_ignored():
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    thread = threading.Thread(target=clean_up)
+    thread.start()
+    thread.join()
+    assert seen == [signal.getsignal(signal.SIGINT)] and seen[0] is not signal.SIG_IGN
+
+
+def test_a_spinning_core_spins_until_the_block_ends_then_is_killed_and_reaped():
+    with process_tree.spinning_core() as spinner:
+        proc = psutil.Process(spinner.pid)
+        # waits on the event itself: the spinner has burnt a tenth of a second of CPU (one that exits early fails)
+        while sum(proc.cpu_times()[:2]) < 0.1:
+            assert spinner.poll() is None, "the spinner exited instead of spinning"
+        assert spinner.stdin is None and spinner.stdout is None  # nothing to read or write: DEVNULL
+    assert spinner.returncode == -signal.SIGKILL  # killed and waited for: no zombie, no orphan

@@ -7,6 +7,7 @@ no server process is left behind.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -348,11 +349,13 @@ def test_arguments_that_cannot_be_sent_are_a_tool_error_and_the_session_lives_on
     assert client.server_pid == pid  # the same server: nothing broke, nothing restarted
 
 
+def send_unchecked(c: MCPClient) -> None:
+    """What call() did before it checked its arguments: a message the session cannot write breaks it."""
+    c._submit(lambda session: session.call_tool("conjugate", SURROGATE), "conjugate", None)
+
+
 def test_a_session_broken_on_the_client_side_gets_a_new_server_and_leaves_no_orphan():
     from miniagent.tools.mcp_client import MAX_RESTARTS
-
-    def send_unchecked(c):  # what call() did before it checked its arguments
-        c._submit(lambda session: session.call_tool("conjugate", SURROGATE), "conjugate", None)
 
     with MCPClient(timeout=10) as c:
         pids = [c.server_pid]
@@ -398,3 +401,64 @@ def test_a_close_from_another_thread_while_the_client_starts_stops_the_server_an
     proc = client._conn.proc
     assert proc is not None, "the server was spawned before the session thread started"
     assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE, "the server was stopped"
+
+
+def test_a_break_on_the_client_side_is_named_so_even_when_the_server_has_exited_by_the_time_anyone_looks(monkeypatch):
+    """The session closes the server's stdin as it unwinds, so the server exits within milliseconds of the break:
+    the break must be on record before that, or a caller that looks a little later reads the exit as the cause."""
+    from miniagent.tools.mcp_client import MCPClient as Client
+
+    looks = Client._broken
+
+    def looks_late(self, conn, what, message):
+        conn.popen.wait(timeout=30)  # the server has exited (EOF on its stdin) before the caller looks
+        return looks(self, conn, what, message)
+
+    monkeypatch.setattr(Client, "_broken", looks_late)
+    with MCPClient(timeout=10) as c:
+        with pytest.raises(ServerFailed, match="on the client's side .*surrogate.*the next call starts a new server"):
+            send_unchecked(c)
+
+
+def test_a_server_let_go_exits_on_its_own_after_a_break_and_at_the_end(monkeypatch):
+    """The session waits for the server to exit at the EOF of its stdin, even while its task group is being
+    cancelled (a break): a server that exits on its own is never signalled. The bounds are lifted so that a busy
+    machine cannot make the server late for them: the test waits on the exit itself."""
+    from miniagent.tools import mcp_client, stdio_pipes
+
+    monkeypatch.setattr(stdio_pipes, "EXIT_WAIT", 60.0)
+    monkeypatch.setattr(mcp_client, "EXIT_GRACE", 60.0)
+    monkeypatch.setattr(mcp_client, "UNWIND_TIMEOUT", 60.0)
+    with MCPClient(timeout=30) as c:
+        broken = c._conn.popen
+        with pytest.raises(ServerFailed, match="client's side"):
+            send_unchecked(c)
+        assert c.call("conjugate", GO) == "they went"
+        assert broken.returncode == 0  # exited at EOF and was waited for: not stopped with a signal
+        last = c._conn.popen
+    assert last.returncode == 0
+
+
+def test_a_line_from_the_server_that_is_not_json_rpc_is_passed_over_and_the_session_goes_on(tmp_path):
+    noisy = tmp_path / "noisy-python"  # says something that is not JSON-RPC before the real server starts
+    noisy.write_text(f"#!/bin/sh\nprintf 'this is not JSON-RPC\\n'\nexec {sys.executable} \"$@\"\n")
+    noisy.chmod(0o755)
+    with MCPClient(python=str(noisy), timeout=10) as c:
+        assert c.call("conjugate", GO) == "they went"
+        assert c.restarts == 0 and c._conn.failure is None
+
+
+def test_every_line_the_client_writes_is_one_json_rpc_2_0_message_with_no_null_params(tmp_path):
+    """JSON-RPC 2.0: ``params``, when present, is an object or an array, never null; a notification the SDK built
+    without params must go out without the member (the SDK's server reads both; a stricter one would not)."""
+    log = tmp_path / "stdin.jsonl"
+    recorder = tmp_path / "recording-python"  # the real server, with what the client writes to it kept on the way
+    recorder.write_text(f'#!/bin/sh\ntee "{log}" | {sys.executable} "$@"\n')
+    recorder.chmod(0o755)
+    with MCPClient(python=str(recorder), timeout=10) as c:
+        assert c.call("conjugate", GO) == "they went"
+    messages = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    methods = [m.get("method") for m in messages]  # the SDK may ask for the tool list too (to check a result)
+    assert methods[:2] == ["initialize", "notifications/initialized"] and "tools/call" in methods
+    assert all(m["jsonrpc"] == "2.0" and isinstance(m.get("params", {}), (dict, list)) for m in messages)
+    assert messages[1] == {"jsonrpc": "2.0", "method": "notifications/initialized"}
