@@ -259,10 +259,11 @@ def test_the_verdict_says_whether_the_symptom_showed():
     assert any("machine was busy" in text for _, text in experiment.verdict(brk, missed))
 
 
-def test_the_busy_core_is_reaped():
+def test_the_busy_core_is_reaped_and_the_check_says_which_process_it_is(capsys):
     with maintainer.busy_core() as spinner:
         assert spinner.poll() is None
     assert spinner.returncode is not None  # killed and waited for: no zombie, no orphan
+    assert f"under load: pid {spinner.pid} keeps one core busy during the check" in capsys.readouterr().out
 
 
 def test_a_busy_loop_is_judged_against_the_cpu_other_programs_left():

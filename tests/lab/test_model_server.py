@@ -5,6 +5,7 @@ The real servers are started by tests/models/test_class_server.py and test_opena
 
 from __future__ import annotations
 
+import gc
 import http.server
 import json
 import os
@@ -12,6 +13,7 @@ import socket
 import textwrap
 import threading
 import time
+import warnings
 
 import psutil
 import pytest
@@ -38,6 +40,7 @@ STAND_IN = textwrap.dedent('''
     if child:
         child.stdout.readline()  # its handler is in place
     print(json.dumps({"argv": sys.argv[1:], "pid": os.getpid(), "child": child and child.pid}), flush=True)
+    print("the stand-in's own warning", file=sys.stderr, flush=True)  # a real server's errors go to stderr
     if args.exit is not None:
         sys.exit(args.exit)
     if args.never_listen:
@@ -78,15 +81,20 @@ def started(log) -> dict:
 
 def test_the_server_is_started_as_a_teacher_starts_it_and_stopped_with_its_children(stand_in):
     port = ms.free_port()
-    with ms.model_server("stand-in", "/models/m.gguf", port=port, log=stand_in, extra_args=("--child",)) as url:
-        assert url == f"http://127.0.0.1:{port}/v1"
-        how = started(stand_in)
-        assert how["argv"] == ["--model", "/models/m.gguf", "--host", "127.0.0.1", "--port", str(port), "--child"]
-        child = psutil.Process(how["child"])
-        assert psutil.Process(how["pid"]).is_running() and child.is_running()
-        assert os.getpgid(how["pid"]) == how["pid"] != os.getpgid(0)  # a group of its own, apart from ours
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always", ResourceWarning)
+        with ms.model_server("stand-in", "/models/m.gguf", port=port, log=stand_in, extra_args=("--child",)) as url:
+            assert url == f"http://127.0.0.1:{port}/v1"
+            how = started(stand_in)
+            assert how["argv"] == ["--model", "/models/m.gguf", "--host", "127.0.0.1", "--port", str(port), "--child"]
+            child = psutil.Process(how["child"])
+            assert psutil.Process(how["pid"]).is_running() and child.is_running()
+            assert os.getpgid(how["pid"]) == how["pid"] != os.getpgid(0)  # a group of its own, apart from ours
+        gc.collect()
+    assert not [w for w in warned if str(stand_in) in str(w.message)], "the log file it opened is closed"
     assert not pid_alive(how["pid"]), "the server is stopped"
     assert wait_gone(how["child"], within=10.0), "the server's whole process group is stopped"
+    assert "the stand-in's own warning" in stand_in.read_text(encoding="utf-8")  # its stderr is in the log too
 
 
 def test_without_a_model_path_the_lab_s_model_file_is_given(stand_in, monkeypatch):

@@ -112,6 +112,11 @@ def test_a_language_the_lab_does_not_have_is_refused_by_name():
     assert lab_words.checked(None) == "en"
 
 
+def test_each_table_read_afresh_is_the_one_the_modules_took_at_import():
+    # Both tables are read (and cached) while the lab's modules import: only an uncached read reads the file again.
+    assert (lab_words.words.__wrapped__("en"), lab_words.words.__wrapped__("es")) == (EN, ES)
+
+
 BUSY_UNEXERCISED = dict(command=["x"], timeout=6.0, outcome="fallback", stop_reason="max_turns", wall_s=2.0,
                         clock="loop", loop_start_s=1.5, needs={"tool_calls": 3}, needs_met=False, tool_calls=1,
                         machine_busy=True, other_cpu_mean=120.0, cpus=2, load_avg_start=1.0, load_avg_end=2.5)

@@ -205,6 +205,8 @@ def test_the_server_says_what_it_did_when_it_shuts_down():
     with TestClient(build_app(Recorder(), on_exit=lambda: said.append("bye"))):
         assert said == []
     assert said == ["bye"]
+    with TestClient(build_app(Recorder())):  # nothing to say: it shuts down all the same, with no error
+        pass
 
 
 @pytest.mark.parametrize("flag", ["--slots", "--n-ctx", "--n-threads"])

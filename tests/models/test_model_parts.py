@@ -57,6 +57,9 @@ def test_llama_log_keeps_the_load_log_only_while_capturing_and_never_fails_outsi
         assert lines and log.lines is None
         assert sum(weight_buffers(lines).values()) > 100  # the weights' buffer lines, in MiB (~235 for Gemma 3 270M)
         model.close()
+        with log.capture() as odd:  # a path in the log that is not UTF-8 (a model file's name, say): kept, marked
+            log._callback(2, b"loading /models/caf\xe9.gguf\n", None)
+        assert odd == ["loading /models/caf\ufffd.gguf\n"]
     finally:
         import llama_cpp
 
