@@ -100,7 +100,7 @@ def test_the_suite_runs_in_parallel_then_the_serial_tests_and_exits_with_one_sta
 def test_pytest_loads_the_plugins_the_project_names_and_rewrites_no_installed_package(pytestconfig):
     """The suite's plugins come by name (pyproject's addopts), none by autoload, so pytest rewrites the asserts of
     no third-party package: without .pyc files (PYTHONDONTWRITEBYTECODE) it would redo that in every pytest
-    process the suite starts. A plugin the command line blocks (`-p no:timeout`, as mutmut's runs do) stays out."""
+    process the suite starts. A plugin the command line blocks (`-p no:timeout`) stays out."""
     from _pytest.assertion.rewrite import AssertionRewritingHook
     import anyio
     import hypothesis

@@ -135,7 +135,7 @@ def test_the_wing_s_config_names_its_code_its_tests_and_what_every_run_leaves_ou
         "[tool.mutmut]", 'source_paths = ["src", "tasks.py"]', 'only_mutate = ["tasks.py"]',
         f"also_copy = {json.dumps(list(mutants.ALSO_COPY))}",
         'pytest_add_cli_args_test_selection = ["tests/test_tasks.py", "tests/test_task_bodies.py", "tests/docs/test_docs_commands.py"]',
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout", "-q", "-m", "not slow and not timing"]',
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-m", "not slow and not timing"]',
         'process_isolation = "forkserver"']
 
 

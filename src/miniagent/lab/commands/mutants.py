@@ -126,7 +126,10 @@ def mutmut_config(wing: str) -> str:
         f"only_mutate = {json.dumps(paths)}",
         f"also_copy = {json.dumps(list(ALSO_COPY))}",
         f"pytest_add_cli_args_test_selection = {json.dumps([f'tests/{t}.py' for t in tests])}",
-        f'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:timeout", "-q", "-m", "{DESELECT_MARKERS}"]',
+        # pytest-timeout stays on (the suite's own bound per test, pyproject's `timeout`): mutmut bounds each
+        # mutant's run, but not its first runs of the tests (to check them, then to see which reach what), which
+        # one hanging test would otherwise hold for good.
+        f'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-m", "{DESELECT_MARKERS}"]',
         # Each mutant's tests run in a process forked from a server that ran no test: forked from mutmut's own
         # process, which ran the suite once to time it, the tests that evaluate the real model hang on
         # llama.cpp's threads (they do not survive a fork), and every such mutant counts as a timeout, that is
