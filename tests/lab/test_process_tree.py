@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import psutil
@@ -448,4 +449,5 @@ def test_a_spinning_core_spins_until_the_block_ends_then_is_killed_and_reaped():
         # waits on the event itself: the spinner has burnt a tenth of a second of CPU (one that exits early fails)
         while sum(proc.cpu_times()[:2]) < 0.1:
             assert spinner.poll() is None, "the spinner exited instead of spinning"
+            time.sleep(0.01)
     assert spinner.returncode == -signal.SIGKILL  # killed and waited for: no zombie, no orphan

@@ -418,6 +418,8 @@ def test_a_break_on_the_client_side_is_named_so_even_when_the_server_has_exited_
     with MCPClient(timeout=10) as c:
         with pytest.raises(ServerFailed, match="on the client's side .*surrogate.*the next call starts a new server"):
             send_unchecked(c)
+        pid = c.server_pid
+    assert wait_gone(pid, within=1.0)
 
 
 def test_a_server_let_go_exits_on_its_own_after_a_break_and_at_the_end(monkeypatch):
@@ -446,6 +448,8 @@ def test_a_line_from_the_server_that_is_not_json_rpc_is_passed_over_and_the_sess
     with MCPClient(python=str(noisy), timeout=10) as c:
         assert c.call("conjugate", GO) == "they went"
         assert c.restarts == 0 and c._conn.failure is None
+        pid = c.server_pid
+    assert wait_gone(pid, within=1.0)
 
 
 def test_every_line_the_client_writes_is_one_json_rpc_2_0_message_with_no_null_params(tmp_path):
@@ -457,6 +461,8 @@ def test_every_line_the_client_writes_is_one_json_rpc_2_0_message_with_no_null_p
     recorder.chmod(0o755)
     with MCPClient(python=str(recorder), timeout=10) as c:
         assert c.call("conjugate", GO) == "they went"
+        pids = [c.server_pid] + [p.pid for p in psutil.Process(c.server_pid).children(recursive=True)]  # tee, python
+    assert all(wait_gone(pid, within=1.0) for pid in pids)
     messages = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
     methods = [m.get("method") for m in messages]  # the SDK may ask for the tool list too (to check a result)
     assert methods[:2] == ["initialize", "notifications/initialized"] and "tools/call" in methods
