@@ -431,16 +431,23 @@ def test_a_ctrl_c_during_the_clean_up_is_ignored_and_the_handler_comes_back_afte
 def test_outside_the_main_thread_the_clean_up_runs_and_leaves_the_handler_alone():
     import threading
 
+    def mine(signum, frame):  # pragma: no cover - never called
+        raise AssertionError
+
     seen: list = []
 
     def clean_up() -> None:  # signal.signal() would raise ValueError here: only the main thread may set it
         with process_tree.sigint_ignored():
             seen.append(signal.getsignal(signal.SIGINT))
 
-    thread = threading.Thread(target=clean_up)
-    thread.start()
-    thread.join()
-    assert seen == [signal.getsignal(signal.SIGINT)] and seen[0] is not signal.SIG_IGN
+    before = signal.signal(signal.SIGINT, mine)  # a known handler, whatever the suite was started with
+    try:
+        thread = threading.Thread(target=clean_up)
+        thread.start()
+        thread.join(30)
+        assert not thread.is_alive() and seen == [mine]
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_a_spinning_core_spins_until_the_block_ends_then_is_killed_and_reaped():
