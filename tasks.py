@@ -300,11 +300,12 @@ def suite_status(codes: list[int]) -> int:
 
 
 @task(help={"k": "only tests matching this expression",
-            "quick": "skip the real-model tests and the slow ones (marked slow: each half a minute or more)"})
+            "quick": "skip the real-model tests, the slow ones (marked slow: each half a minute or more) and the docs "
+                     "in a browser"})
 def test(c, k=None, quick=False):
     """Run the test suite (real model and real MCP server included): in parallel, then the timing tests alone."""
     selection = f"-k {shlex.quote(k)} " if k else ""
-    also = " and not real_model and not slow" if quick else ""
+    also = " and not real_model and not slow and not browser" if quick else ""
     codes = [_status(c, f"{PY} -m pytest -q -n {WORKERS} -m {shlex.quote('not serial' + also)} {selection}".strip(),
                      who="tests")]
     if codes[0] in GO_ON:  # a crash or an interrupted run ends the suite here

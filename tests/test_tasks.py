@@ -130,7 +130,7 @@ def test_quick_and_k_reach_both_passes():
     c = PassesContext(0, 0)
     assert exit_status(lambda: tasks.test(c, k="guard and not slow", quick=True)) == 0
     for command, marks in zip(c.commands, ("not serial", "serial"), strict=True):
-        assert f"-m '{marks} and not real_model and not slow'" in command
+        assert f"-m '{marks} and not real_model and not slow and not browser'" in command
         assert "-k 'guard and not slow'" in command
 
 
