@@ -191,6 +191,13 @@ def returns_within(seconds: float, call, *args, what: str | None = None, **kwarg
     return box["value"]
 
 
+def shell_script(path: Path, body: str) -> Path:
+    """An executable ``#!/bin/sh`` stand-in at ``path`` (a fake python, a server that says something first)."""
+    path.write_text("#!/bin/sh\n" + body, encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
 def pid_alive(pid: int) -> bool:
     """Running: not gone, and not a zombie (exited, its reaper not done yet: as dead as a stop needs it).
 

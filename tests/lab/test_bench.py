@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers import shell_script
 
 from miniagent.agent.ports import ModelReply
 from miniagent.lab.catalogue import ROOT
@@ -184,9 +185,7 @@ def test_one_process_is_timed_and_its_cpu_counted_between_its_start_and_its_end(
 
 
 def test_an_agent_killed_by_a_signal_is_a_crash_report_not_a_figure(monkeypatch, tmp_path):
-    fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\necho 'Fatal Python error: Segmentation fault' >&2\nkill -SEGV $$\n")
-    fake.chmod(0o755)
+    fake = shell_script(tmp_path / "python", "echo 'Fatal Python error: Segmentation fault' >&2\nkill -SEGV $$\n")
     monkeypatch.setattr(bench.sys, "executable", str(fake))
     with pytest.raises(bench.AgentCrashed) as err:
         bench._agent(["ask", "q"], {}, timeout=30)

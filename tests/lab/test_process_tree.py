@@ -414,25 +414,29 @@ def test_the_counts_come_from_the_trace_as_it_was_read():
 # --------------------------------------------------------------------------- the clean-up's own guards
 
 
-def test_a_ctrl_c_during_the_clean_up_is_ignored_and_the_handler_comes_back_after_it():
+@pytest.fixture
+def own_sigint():
+    """A SIGINT handler of the test's own for the test's length, whatever the suite was started with (a job
+    started in the background runs with SIGINT ignored): the one the clean-up must leave, or give back."""
     def mine(signum, frame):  # pragma: no cover - never called
         raise AssertionError
 
     before = signal.signal(signal.SIGINT, mine)
     try:
-        with pytest.raises(RuntimeError), process_tree.sigint_ignored():
-            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-            raise RuntimeError("the block fails: the handler still comes back")
-        assert signal.getsignal(signal.SIGINT) is mine
+        yield mine
     finally:
         signal.signal(signal.SIGINT, before)
 
 
-def test_outside_the_main_thread_the_clean_up_runs_and_leaves_the_handler_alone():
-    import threading
+def test_a_ctrl_c_during_the_clean_up_is_ignored_and_the_handler_comes_back_after_it(own_sigint):
+    with pytest.raises(RuntimeError), process_tree.sigint_ignored():
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        raise RuntimeError("the block fails: the handler still comes back")
+    assert signal.getsignal(signal.SIGINT) is own_sigint
 
-    def mine(signum, frame):  # pragma: no cover - never called
-        raise AssertionError
+
+def test_outside_the_main_thread_the_clean_up_runs_and_leaves_the_handler_alone(own_sigint):
+    import threading
 
     seen: list = []
 
@@ -440,14 +444,10 @@ def test_outside_the_main_thread_the_clean_up_runs_and_leaves_the_handler_alone(
         with process_tree.sigint_ignored():
             seen.append(signal.getsignal(signal.SIGINT))
 
-    before = signal.signal(signal.SIGINT, mine)  # a known handler, whatever the suite was started with
-    try:
-        thread = threading.Thread(target=clean_up)
-        thread.start()
-        thread.join(30)
-        assert not thread.is_alive() and seen == [mine]
-    finally:
-        signal.signal(signal.SIGINT, before)
+    thread = threading.Thread(target=clean_up)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive() and seen == [own_sigint]
 
 
 def test_a_spinning_core_spins_until_the_block_ends_then_is_killed_and_reaped():

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
+from helpers import shell_script
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
@@ -380,9 +381,7 @@ def test_a_client_closed_while_it_was_starting_spawns_nothing_and_says_so():
 
 
 def test_a_server_that_never_answers_the_handshake_fails_the_start_in_time_and_is_stopped(tmp_path):
-    mute = tmp_path / "mute-python"
-    mute.write_text("#!/bin/sh\nexec sleep 60\n")
-    mute.chmod(0o755)
+    mute = shell_script(tmp_path / "mute-python", "exec sleep 60\n")
     client = MCPClient(python=str(mute))
     client._started = True
     with pytest.raises(ServerFailed) as failed:
@@ -394,9 +393,7 @@ def test_a_server_that_never_answers_the_handshake_fails_the_start_in_time_and_i
 def test_a_server_that_did_not_start_fails_every_later_call_with_the_reason_the_start_gave(tmp_path):
     """A client whose server did not start (at first, or when a broken session is replaced in the middle of a run)
     tells every later call why, not a bare "not connected": the run's server_failed then quotes the start's reason."""
-    gone = tmp_path / "gone-python"
-    gone.write_text("#!/bin/sh\nexit 3\n")
-    gone.chmod(0o755)
+    gone = shell_script(tmp_path / "gone-python", "exit 3\n")
     client = MCPClient(python=str(gone))
     with pytest.raises(ServerFailed) as failed:
         client.start()
@@ -408,9 +405,7 @@ def test_a_server_that_did_not_start_fails_every_later_call_with_the_reason_the_
         with pytest.raises(ServerFailed) as later:
             call()
         assert str(later.value) == reason
-    mute = tmp_path / "mute-python"
-    mute.write_text("#!/bin/sh\nexec sleep 60\n")
-    mute.chmod(0o755)
+    mute = shell_script(tmp_path / "mute-python", "exec sleep 60\n")
     slow = MCPClient(python=str(mute))
     slow._started = True
     with pytest.raises(ServerFailed):

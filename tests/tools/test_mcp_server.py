@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import LineWatch, pid_alive, returns_within, wait_gone
+from helpers import LineWatch, pid_alive, returns_within, shell_script, wait_gone
 
 from miniagent.tools.conjugation import PERSONS, TENSES
 from miniagent.agent.errors import ServerFailed, ToolError, ToolTimeout
@@ -406,15 +406,13 @@ def test_a_close_from_another_thread_while_the_client_starts_stops_the_server_an
 def test_a_break_on_the_client_side_is_named_so_even_when_the_server_has_exited_by_the_time_anyone_looks(monkeypatch):
     """The session closes the server's stdin as it unwinds, so the server exits within milliseconds of the break:
     the break must be on record before that, or a caller that looks a little later reads the exit as the cause."""
-    from miniagent.tools.mcp_client import MCPClient as Client
-
-    looks = Client._broken
+    looks = MCPClient._broken
 
     def looks_late(self, conn, what, message):
         conn.popen.wait(timeout=30)  # the server has exited (EOF on its stdin) before the caller looks
         return looks(self, conn, what, message)
 
-    monkeypatch.setattr(Client, "_broken", looks_late)
+    monkeypatch.setattr(MCPClient, "_broken", looks_late)
     with MCPClient(timeout=10) as c:
         with pytest.raises(ServerFailed, match="on the client's side .*surrogate.*the next call starts a new server"):
             send_unchecked(c)
@@ -442,9 +440,8 @@ def test_a_server_let_go_exits_on_its_own_after_a_break_and_at_the_end(monkeypat
 
 
 def test_a_line_from_the_server_that_is_not_json_rpc_is_passed_over_and_the_session_goes_on(tmp_path):
-    noisy = tmp_path / "noisy-python"  # says something that is not JSON-RPC before the real server starts
-    noisy.write_text(f"#!/bin/sh\nprintf 'this is not JSON-RPC\\n'\nexec {sys.executable} \"$@\"\n")
-    noisy.chmod(0o755)
+    # says something that is not JSON-RPC before the real server starts
+    noisy = shell_script(tmp_path / "noisy-python", f"printf 'this is not JSON-RPC\\n'\nexec {sys.executable} \"$@\"\n")
     with MCPClient(python=str(noisy), timeout=10) as c:
         assert c.call("conjugate", GO) == "they went"
         assert c.restarts == 0 and c._conn.failure is None
@@ -456,9 +453,8 @@ def test_every_line_the_client_writes_is_one_json_rpc_2_0_message_with_no_null_p
     """JSON-RPC 2.0: ``params``, when present, is an object or an array, never null; a notification the SDK built
     without params must go out without the member (the SDK's server reads both; a stricter one would not)."""
     log = tmp_path / "stdin.jsonl"
-    recorder = tmp_path / "recording-python"  # the real server, with what the client writes to it kept on the way
-    recorder.write_text(f'#!/bin/sh\ntee "{log}" | {sys.executable} "$@"\n')
-    recorder.chmod(0o755)
+    # the real server, with what the client writes to it kept on the way
+    recorder = shell_script(tmp_path / "recording-python", f'tee "{log}" | {sys.executable} "$@"\n')
     with MCPClient(python=str(recorder), timeout=10) as c:
         assert c.call("conjugate", GO) == "they went"
         pids = [c.server_pid] + [p.pid for p in psutil.Process(c.server_pid).children(recursive=True)]  # tee, python
