@@ -1,12 +1,14 @@
 """Does telling the model how many turns it has left change what it does?
 
-    python labs/04-remaining-budget/compare.py                # both eval sets, notice off and on
+    python labs/04-remaining-budget/compare.py                # both eval sets, notice off and on, grounded and not
     python labs/04-remaining-budget/compare.py --limit 5      # a quick look
     python labs/04-remaining-budget/compare.py --write        # also write docs_results/remaining-budget.md
 
 Runs the real eval (``run_eval``) with ``remaining_budget_notice`` off and on,
-same model, same questions. The strict score is the one ``invoke eval``
-prints. The second score is a diagnosis, not a result: it cuts the notice off
+same model, same questions, once with argument grounding (the default: after a
+conjugate result the answer is that result) and once without it
+(``ground_arguments`` off, as break 15 leaves the loop). The strict score is
+the one ``invoke eval`` prints. The second score is a diagnosis, not a result: it cuts the notice off
 the answer before scoring, to tell "the model copied the notice" apart from
 "the model chose another verb form".
 """
@@ -18,15 +20,15 @@ import re
 import time
 from pathlib import Path
 
-from miniagent.agent.config import load_config
+from miniagent.settings import load_config
 from miniagent.lab.evaluation import is_correct, load_eval_set, run_eval
 
 SETS = {"public": Path("labs/01-tutor-end-to-end/eval.jsonl"), "held-out": Path("labs/01-tutor-end-to-end/heldout.jsonl")}
 NOTICE = re.compile(r"\s*\(turns left.*$", re.S)
 
 
-def measure(items, notice: bool) -> dict:
-    report = run_eval(items, load_config(cli={"remaining_budget_notice": notice}))
+def measure(items, notice: bool, grounded: bool) -> dict:
+    report = run_eval(items, load_config(cli={"remaining_budget_notice": notice, "ground_arguments": grounded}))
     rows = report["items"]
     answered = [r for r in rows if r["stop_reason"] == "answered"]
     return {
@@ -41,11 +43,11 @@ def measure(items, notice: bool) -> dict:
 
 
 def table(results: dict) -> str:
-    lines = ["| set · conjunto | notice · aviso | strict · estricta | notice cut off · sin el aviso | "
+    lines = ["| set · conjunto | grounding · anclaje | notice · aviso | strict · estricta | notice cut off · sin el aviso | "
              "answers that copy it · respuestas que lo copian | mean turns · turnos medios | stop reasons · motivos | p50 s |",
-             "|---|---|---|---|---|---|---|---|"]
-    for (name, notice), r in results.items():
-        lines.append(f"| {name} | {'on' if notice else 'off'} | {r['strict']}/{r['n']} | {r['notice_cut']}/{r['n']} | "
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (name, grounded, notice), r in results.items():
+        lines.append(f"| {name} | {'on' if grounded else 'off'} | {'on' if notice else 'off'} | {r['strict']}/{r['n']} | {r['notice_cut']}/{r['n']} | "
                      f"{r['copied']} | {r['turns']:.2f} | {r['stops']} | {r['p50']:.2f} |")
     return "\n".join(lines)
 
@@ -58,8 +60,9 @@ def main() -> None:
     results = {}
     for name, path in SETS.items():
         items = load_eval_set(path)[: args.limit]
-        for notice in (False, True):
-            results[(name, notice)] = measure(items, notice)
+        for grounded in (True, False):
+            for notice in (False, True):
+                results[(name, grounded, notice)] = measure(items, notice, grounded)
     text = table(results)
     print(text)
     if args.write:

@@ -337,7 +337,14 @@ def _cheap() -> list[tuple[str, ...]]:
             runs.add(("python", "-m", cmd.argv[2], "--help"))
         elif cmd.argv[1] == "-c" and cmd.argv[2:] != ("while True: pass",):  # cheap: run it as written
             runs.add(cmd.argv)  # (the busy loop the pages name as "another program" never ends, by design)
+        elif cmd.argv[1].endswith(".py"):  # a lab's script: its imports and its options, without the long run
+            runs.add(("python", cmd.argv[1], "--help"))
     return sorted(runs)
+
+
+def test_the_lab_scripts_on_the_pages_are_among_the_cheap_runs():
+    """Lab 04's script imported a function from a module it had left (load_config): only its file was checked."""
+    assert ("python", "labs/04-remaining-budget/compare.py", "--help") in _cheap()
 
 
 def test_the_one_liners_on_the_pages_are_among_the_cheap_runs():
@@ -351,3 +358,41 @@ def test_the_cheap_commands_run(argv):
     real = [sys.executable, "-m", "invoke", *argv[1:]] if argv[0] == "invoke" else [sys.executable, *argv[1:]]
     result = subprocess.run(real, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"{shlex.join(argv)} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+
+
+# --------------------------------------------------------------------------
+# ps | grep: the pattern finds a process the lab starts
+# --------------------------------------------------------------------------
+
+def _grep_patterns() -> list[tuple[str, str]]:
+    """(where, pattern) of every ``grep '[x]...'`` on the pages: the bracket keeps grep from finding itself in
+    ``ps``'s list, so these lines look for the lab's processes by their command lines."""
+    found = []
+    for path in _sources():
+        where = path.relative_to(ROOT).as_posix()
+        for n, line, _ in _shell_lines(path):
+            for cmd in _simple_commands(line):
+                patterns = [tok for tok in cmd[1:] if not tok.startswith("-")]
+                if cmd[0] == "grep" and patterns and patterns[0].startswith("["):
+                    found.append((f"{where}:{n}", patterns[0]))
+    return found
+
+
+def _lab_command_lines() -> list[str]:
+    """The command lines of the processes the lab starts, as the code builds them (``ps`` shows argv joined)."""
+    from miniagent.lab.patching import agent_command
+    from miniagent.tools.mcp_client import SERVER_MODULE
+
+    agent = agent_command("What is the past simple of go for she?", Path("runs/t.jsonl"), llm="llama", flags=[])
+    return [" ".join(["python", *agent[1:]]), " ".join(["python", "-m", SERVER_MODULE]),
+            "python -m miniagent.lab.harness --timeout 10 -- python -m miniagent ask QUESTION"]
+
+
+def test_every_ps_grep_on_the_pages_finds_a_process_the_lab_starts():
+    """``grep '[m]iniagent.server'`` found nothing: the server runs as ``python -m miniagent.tools.server``."""
+    lines = _lab_command_lines()
+    patterns = _grep_patterns()
+    assert len(patterns) >= 8  # lab 02, breaks 05, 07 and 09, in both languages
+    missed = [f"{where}: grep {pattern!r}" for where, pattern in patterns
+              if not any(re.search(pattern, line) for line in lines)]
+    assert not missed, "patterns that match no process the lab starts:\n" + "\n".join(missed)
