@@ -58,6 +58,14 @@ def test_real_model_calls_the_real_server_then_answers():
     assert all(a["finish_reason"] in ("stop", "length") for a in actions)
 
 
+def test_the_conjugation_server_keeps_its_stderr_while_the_model_loads():
+    """The model loads in a thread while the server starts; the load used to point the process's stderr at
+    /dev/null, and the server inherited it: its fault line (break 05's "announcing its fault") never showed."""
+    outcome, _, proc = ask("What is the past simple of go for she?", "--fault-delay-s", "0.05")
+    assert proc.returncode == 0 and outcome["stop_reason"] == "answered"
+    assert "fault: delay 0.05 s per call" in proc.stderr.splitlines()
+
+
 def test_a_later_turn_evaluates_only_the_new_tokens(session):
     outcome = session.ask("Give me the future simple of sing for we.")
     first, second = [e for e in events_of(session) if e["event"] == "model_action"][:2]

@@ -7,6 +7,8 @@ model is the real Gemma 3 270M, loaded once for the file.
 
 from __future__ import annotations
 
+import os
+
 import sys
 import types
 from pathlib import Path
@@ -127,6 +129,29 @@ def test_the_weights_say_where_they_came_from_and_load_quietly(capfd):
         assert capfd.readouterr().err == "", "llama.cpp's log reached stderr"
     finally:
         loaded.model.close()
+
+
+@pytest.mark.real_model
+def test_the_load_leaves_the_processs_stdout_and_stderr_where_they_were(monkeypatch):
+    """The load runs in a thread beside the MCP server's start: a server spawned meanwhile inherits fds 1 and 2,
+    and with llama-cpp-python's quiet load they pointed at /dev/null (the server's fault lines were lost)."""
+    import llama_cpp.llama_cpp as capi
+
+    def identity(fd: int) -> tuple[int, int]:
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino
+
+    before, during = (identity(1), identity(2)), []
+    real = capi.llama_model_load_from_file
+
+    def load(*args):
+        during.append((identity(1), identity(2)))
+        return real(*args)
+
+    monkeypatch.setattr(capi, "llama_model_load_from_file", load)
+    loaded = load_weights()
+    loaded.model.close()
+    assert during == [before]
 
 
 def test_a_missing_model_file_is_named(tmp_path):

@@ -121,8 +121,11 @@ def load_weights(model_path: str | None = None, amx: AmxChoice | None = None) ->
     amx = amx or choose_amx()
     # Loaded here, not through llama_cpp.Llama: Llama offers no switch for llama.cpp's extra buffer types (the
     # AMX path), and its own context would be thrown away (ours has 16 sequences).
+    # verbose=True: with False, llama-cpp-python points the whole process's stdout and stderr at /dev/null for the
+    # load, and the load runs in a thread beside the MCP server's start, so the server inherited /dev/null as its
+    # stderr (its fault and crash lines were lost). llama.cpp's own log goes through LLAMA_LOG either way.
     with LLAMA_LOG.capture() as load_log:
-        model = internals.LlamaModel(path_model=path, params=model_params(amx), verbose=False)
+        model = internals.LlamaModel(path_model=path, params=model_params(amx), verbose=True)
     return Weights(model, path, amx, weight_buffers(load_log))
 
 
