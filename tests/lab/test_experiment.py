@@ -472,17 +472,39 @@ def test_the_tour_runs_every_break_and_scores_the_predicted_ones(shown, monkeypa
     assert [alias for alias, _ in calls] == [brk.alias for brk in experiment.catalogue()]
     dedup = results[ids.index("03-no-dedup")]
     assert calls[ids.index("03-no-dedup")][1] == {"learner": learner, "live": True, "llm": None}
-    assert calls[0][1] == {"learner": None, "live": True, "llm": None}
+    assert calls[0][1] == {"learner": None, "live": True, "llm": None, "lang": "en"}
     assert (dedup["hits"], dedup["fields"], dedup["llm"], dedup["real_model"]) == (1, 2, "scripted:stubborn", False)
     assert dedup["predicted"]["outcome"] == "answer" and dedup["exercised"] is True
     assert dedup["record"]["tool_calls"] == 1
     assert results[0] == {"id": "00-no-cap", "llm": "llama", "real_model": True, "predicted": None, "record": None,
                           "hits": 0, "fields": 0, "exercised": None}
     text = shown.export_text(clear=False)
-    assert f"(no prediction for 00-no-cap in your notes: `invoke predict no-cap --learner {learner}` first to be " \
-           "scored)" in text
+    assert f"(no prediction for 00-no-cap in your notes, or every value still `?`: `invoke predict no-cap " \
+           f"--learner {learner}`, then fill it in, to be scored)" in " ".join(text.split())
     assert "no prediction for 03-no-dedup" not in text
     assert "03-no-dedup: " + find("no-dedup").title["en"] in text
+
+
+def test_the_tour_reports_an_unpredicted_break_in_the_named_learners_language(shown, monkeypatch, learner):
+    """Run unscored, a break used to report in the remembered learner's language, not in the named one's."""
+    progress.learner_lang(ROOT, learner, "es")
+    _predicted(learner, outcome="answer")
+    remembered = ROOT / progress.CURRENT_LEARNER
+    remembered.parent.mkdir(parents=True, exist_ok=True)
+    remembered.write_text("someone-else-en\n", encoding="utf-8")  # put back by the learner fixture
+    calls = []
+    monkeypatch.setattr(experiment, "exp", lambda alias, **kw: calls.append((alias, kw)) or None)
+    experiment._tour_runs(learner, False, None)
+    by_alias = dict(calls)
+    assert by_alias["no-cap"] == {"learner": None, "live": True, "llm": None, "lang": "es"}
+    assert by_alias["no-dedup"] == {"learner": learner, "live": True, "llm": None}  # scored: the learner's own
+
+
+def test_an_unscored_run_reports_in_the_language_it_is_given(harness, shown, monkeypatch, tmp_path):
+    langs = []
+    monkeypatch.setattr(experiment, "report", lambda *a, lang, **kw: langs.append(lang))
+    experiment.exp("no-dedup", live=False, lang="es", runs_dir=tmp_path)
+    assert langs == ["es"]
 
 
 def test_the_tour_with_one_model_runs_every_break_on_it_unscored_in_json(shown, monkeypatch, learner):

@@ -51,9 +51,9 @@ def _resolve(variant: str) -> Break | None:
 
 def exp(variant: str, *, question: str | None = None, timeout: float | None = None, llm: str | None = None,
         learner: str | None = None, live: bool = True, as_json: bool = False, flags: list[str] | None = None,
-        runs_dir: Path = RUNS, model_flags: list[str] | None = None) -> RunRecord | None:
+        runs_dir: Path = RUNS, model_flags: list[str] | None = None, lang: str | None = None) -> RunRecord | None:
     """Run a break (or the baseline); ``model_flags`` (``--decode greedy``, ``--openai-base-url URL``...) go
-    to the run after the break's own flags."""
+    to the run after the break's own flags. ``lang``: the report's language, when no learner names it."""
     brk = _resolve(variant)
     variant_id = brk.id if brk else BASELINE
     # Hypothesis: a learner who names themselves predicts first.
@@ -77,7 +77,7 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
                           "svg_path": str(svg_path)}))
     else:
         report(record, json_path, svg_path, brk, learner if prediction is not None else None,
-               lang=report_lang(learner))
+               lang=lang or report_lang(learner))
     if prediction is not None and brk is not None and learner:
         _score(brk, learner, prediction, record, json_path, svg_path, stamp)
     return record
@@ -248,9 +248,12 @@ def _tour_runs(learner: str | None, as_json: bool, llm: str | None) -> list[dict
         screen.console.rule(escape(f"{brk.id}: {brk.title['en']}"))
         prediction = notebook.read_prediction(ROOT, learner, brk.id) if learner else None
         if learner and prediction is None:
-            screen.console.print(f"(no prediction for {brk.id} in your notes: `invoke predict {brk.alias} "
-                          f"--learner {learner}` first to be scored)")
-        record = exp(brk.alias, learner=learner if prediction and not as_json else None, live=not as_json, llm=llm)
+            screen.console.print(f"(no prediction for {brk.id} in your notes, or every value still `?`: "
+                                 f"`invoke predict {brk.alias} --learner {learner}`, then fill it in, to be scored)")
+        scored = learner if prediction and not as_json else None
+        # Run unscored, a break still reports in the named learner's language, not in the remembered one's.
+        lang = {"lang": report_lang(learner)} if learner and not scored and not as_json else {}
+        record = exp(brk.alias, learner=scored, live=not as_json, llm=llm, **lang)
         rows = scoring.compare(prediction, record.to_dict()) if prediction and record else []
         hits = [r.hit for r in rows if r.hit is not None]
         results.append({"id": brk.id, "llm": llm or brk.llm, "real_model": (llm or brk.llm) == "llama",
