@@ -345,6 +345,20 @@ def test_every_docs_chart_is_drawn_from_its_measured_json(tmp_path):
             f"{path.name} is not what its JSON draws: run `invoke docs-charts`"
 
 
+def test_every_measured_result_is_of_the_run_its_break_describes_today():
+    """Break 07's run changed (grounding off, another question) and its page would have kept the old figures:
+    a break's question, model, flags or timeout changed without `invoke docs-results --only ALIAS` fails here."""
+    from miniagent.lab.catalogue import catalogue
+
+    stale = []
+    for brk in catalogue():
+        data = json.loads((RESULTS / f"{brk.id}.json").read_text(encoding="utf-8"))
+        measured = (data["input"], data["llm"], list(data["flags"]), data["timeout_s"])
+        if measured != (brk.input, brk.llm, list(brk.flags), brk.timeout_s):
+            stale.append(f"{brk.id}: measured {measured}, the break runs {(brk.input, brk.llm, brk.flags, brk.timeout_s)}")
+    assert not stale, "\n".join(stale)
+
+
 @pytest.mark.parametrize("name", ["00-no-cap.svg", "00-no-cap.es.svg"])
 def test_a_docs_chart_is_readable_at_the_page_width_and_speaks_the_page_language(name):
     import re
