@@ -23,6 +23,7 @@ from miniagent.agent.errors import (
     StuckLoop,
     TokenBudgetSpent,
     ToolCallCapHit,
+    ToolError,
     TurnCapHit,
     WallClockExceeded,
 )
@@ -135,6 +136,19 @@ def test_breaker_forces_discovery_and_the_model_recovers():
     assert outcome.stats.tool_errors == 3
     assert "failure_breaker" in guards_tripped(trace)
     assert outcome.stop_reason == "answered" and outcome.answer == "she went"
+    forced = [(e["event"], e.get("tool")) for e in trace.events if e.get("forced")]
+    assert forced == [("tool_call", "list_tenses"), ("tool_result", "list_tenses")]  # its answer is on record too
+    [result] = [e["result"] for e in trace.events if e["event"] == "tool_result" and e.get("forced")]
+    assert result.startswith("Tenses: present simple")
+
+
+def test_a_forced_discovery_that_fails_is_on_record_and_not_counted_as_the_models_error():
+    outcome, trace = run("clumsy", max_turns=8, max_tool_calls=6, tools=FakeTools(fail_with=ToolError("down")))
+    forced = [e for e in trace.events if e.get("forced")]
+    assert [(e["event"], e["tool"]) for e in forced] == [("tool_call", "list_tenses"), ("tool_error", "list_tenses")]
+    assert forced[1]["error"] == "ToolError: down"
+    model_errors = [e for e in trace.events if e["event"] == "tool_error" and not e.get("forced")]
+    assert outcome.stats.tool_errors == len(model_errors) >= 3  # the forced failure is not among them
 
 
 # --- stuck-pattern detector ----------------------------------------------------------------------------

@@ -37,9 +37,12 @@ def test_the_stats_agree_with_the_trace_event_by_event(world):
     assert dict(stats.tool_calls) == {t: sum(1 for e in calls if e["tool"] == t) for t in {e["tool"] for e in calls}}
     assert stats.forced_calls == sum(1 for e in calls if e.get("forced"))
     assert len(r.tools.calls) == len(calls), "every call the tools saw is in the trace, and only those"
-    errors = [e for e in events if e["event"] == "tool_error"]
+    errors = [e for e in events if e["event"] == "tool_error" and not e.get("forced")]  # the model's calls'
     assert stats.tool_errors == len(errors)
     assert stats.last_tool_error == (errors[-1]["error"] if errors else "")
+    answered = [e for e in events if e["event"] in ("tool_result", "tool_error")]
+    assert [e["tool"] for e in answered] == [e["tool"] for e in calls[:len(answered)]], "each call, then its answer"
+    assert [bool(e.get("forced")) for e in answered] == [bool(e.get("forced")) for e in calls[:len(answered)]]
     assert stats.auto_continues == sum(1 for e in events if e["event"] == "guard" and e["name"] == "auto_continue")
     actions = [e for e in events if e["event"] == "model_action"]
     assert stats.prompt_tokens == sum(e["prompt_tokens"] for e in actions)

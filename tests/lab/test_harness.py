@@ -310,6 +310,18 @@ def test_the_panel_and_the_scratchpad_lines_render():
     assert describe({"event": "stop", "stop_reason": "answered", "answer": "she\nwent"}) == "stop answered: she went"
 
 
+def test_a_forced_discovery_is_not_counted_among_the_models_tool_errors():
+    """The loop counts the model's failed calls only (stats.tool_errors); the harness counts as the loop does."""
+    progress = Progress()
+    for event in [{"event": "tool_call", "tool": "conjugate", "args": {"verb": "would"}},
+                  {"event": "tool_error", "tool": "conjugate", "error": "ToolError: not a verb"},
+                  {"event": "tool_call", "tool": "list_tenses", "args": {}, "forced": True},
+                  {"event": "tool_error", "tool": "list_tenses", "error": "ToolTimeout: late", "forced": True}]:
+        progress.add(event, 0.1)
+    assert progress.tool_errors == 1 and progress.tool_calls == {"conjugate": 1, "list_tenses": 1}
+    assert list(progress.tail)[-1] == "tool list_tenses !! ToolTimeout: late"
+
+
 def test_the_deadline_note_says_how_the_deadline_was_counted():
     record = RunRecord(command=["x"], timeout=6.0, clock="loop", loop_start_s=3.04, needs={"tool_calls": 1},
                        needs_met=True, waited_for_needs_s=2.5)

@@ -229,9 +229,12 @@ class GrammarTutor:
         self.stats.tool_calls["list_tenses"] += 1
         self.trace.emit("tool_call", tool="list_tenses", args={}, forced=True)
         try:
-            return self.tools.call("list_tenses", {}, timeout=self.clock.tool_timeout(self.config.tool_timeout_s))
-        except Recoverable as err:
+            result = self.tools.call("list_tenses", {}, timeout=self.clock.tool_timeout(self.config.tool_timeout_s))
+        except Recoverable as err:  # not one of the model's errors: stats.tool_errors counts those
+            self.trace.emit("tool_error", tool="list_tenses", error=f"{type(err).__name__}: {err}", forced=True)
             return f"error: list_tenses failed too ({err})"
+        self.trace.emit("tool_result", tool="list_tenses", result=result, forced=True)
+        return result
 
     def observe(self, observation: str) -> None:
         """Show the model what happened; only a successful tool result lets it answer next."""

@@ -2,7 +2,9 @@
 
 A harness can follow a run live by tailing the file.  Event names:
 ``run_start``, ``model_action``, ``tool_call``, ``tool_result``,
-``tool_error``, ``guard``, ``stop``.
+``tool_error``, ``guard``, ``final_round``, ``stop``.  A call the loop
+forces (the breaker's ``list_tenses``) says ``forced: true`` on its call and
+on its result or error.
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ class Progress:
             # A repeat is counted whether or not a dedup guard stops it (break 03 removes that guard).
             if not event.get("forced"):
                 self._repeat(_call_key(event.get("tool"), event.get("args")))
-        elif kind == "tool_error":
+        elif kind == "tool_error" and not event.get("forced"):  # the loop's count: the model's calls only
             self.tool_errors += 1
         elif kind == "guard" and event.get("name") == "dedup":
             self.identical_calls += 1  # a repeat the guard answered from memory
