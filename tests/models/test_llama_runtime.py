@@ -131,10 +131,22 @@ def test_the_weights_say_where_they_came_from_and_load_quietly(capfd):
         loaded.model.close()
 
 
+def _load_weights():
+    return load_weights().model
+
+
+def _load_the_servers_tokenizer():
+    from miniagent.models.openai_compat import ServerRuntime
+
+    return ServerRuntime(server=None).model
+
+
 @pytest.mark.real_model
-def test_the_load_leaves_the_processs_stdout_and_stderr_where_they_were(monkeypatch):
+@pytest.mark.parametrize("load", [_load_weights, _load_the_servers_tokenizer], ids=["local", "openai"])
+def test_the_load_leaves_the_processs_stdout_and_stderr_where_they_were(monkeypatch, load):
     """The load runs in a thread beside the MCP server's start: a server spawned meanwhile inherits fds 1 and 2,
-    and with llama-cpp-python's quiet load they pointed at /dev/null (the server's fault lines were lost)."""
+    and with llama-cpp-python's quiet load they pointed at /dev/null (the server's fault lines were lost). The
+    openai backend loads the model file too, for its tokenizer, at the same moment."""
     import llama_cpp.llama_cpp as capi
 
     def identity(fd: int) -> tuple[int, int]:
@@ -144,13 +156,12 @@ def test_the_load_leaves_the_processs_stdout_and_stderr_where_they_were(monkeypa
     before, during = (identity(1), identity(2)), []
     real = capi.llama_model_load_from_file
 
-    def load(*args):
+    def spy(*args):
         during.append((identity(1), identity(2)))
         return real(*args)
 
-    monkeypatch.setattr(capi, "llama_model_load_from_file", load)
-    loaded = load_weights()
-    loaded.model.close()
+    monkeypatch.setattr(capi, "llama_model_load_from_file", spy)
+    load().close()
     assert during == [before]
 
 

@@ -80,7 +80,9 @@ class ServerRuntime:
         path = model_path or default_model_path()
         if not os.path.isfile(path):
             raise FileNotFoundError(f"model file not found: {path}")
-        self.model = internals.LlamaModel(path_model=path, params=vocab_only_params(), verbose=False)
+        # verbose=True: see llama_runtime.load_weights (the quiet load silences the whole process, the MCP
+        # server starting beside it included)
+        self.model = internals.LlamaModel(path_model=path, params=vocab_only_params(), verbose=True)
         self.vocab = Vocabulary(self.model, path)
         self.server = server
         self.model_path = path
