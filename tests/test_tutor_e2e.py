@@ -60,7 +60,8 @@ def test_real_model_calls_the_real_server_then_answers():
 
 def test_the_conjugation_server_keeps_its_stderr_while_the_model_loads():
     """The model loads in a thread while the server starts; the load used to point the process's stderr at
-    /dev/null, and the server inherited it: its fault line (break 05's "announcing its fault") never showed."""
+    /dev/null, and the server inherited it: its fault line (break 05's "announcing its fault") never showed.
+    End to end, this fails only when the two overlap; the fd test in test_llama_runtime is the exact one."""
     outcome, _, proc = ask("What is the past simple of go for she?", "--fault-delay-s", "0.05")
     assert proc.returncode == 0 and outcome["stop_reason"] == "answered"
     assert "fault: delay 0.05 s per call" in proc.stderr.splitlines()
