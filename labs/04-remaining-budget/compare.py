@@ -27,8 +27,13 @@ SETS = {"public": Path("labs/01-tutor-end-to-end/eval.jsonl"), "held-out": Path(
 NOTICE = re.compile(r"\s*\(turns left.*$", re.S)
 
 
+def settings(notice: bool, grounded: bool):
+    # env={}: no MINIAGENT_* variable of the shell may change what the table says was measured
+    return load_config(env={}, cli={"remaining_budget_notice": notice, "ground_arguments": grounded})
+
+
 def measure(items, notice: bool, grounded: bool) -> dict:
-    report = run_eval(items, load_config(cli={"remaining_budget_notice": notice, "ground_arguments": grounded}))
+    report = run_eval(items, settings(notice, grounded))
     rows = report["items"]
     answered = [r for r in rows if r["stop_reason"] == "answered"]
     return {
@@ -57,7 +62,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions of each set")
     parser.add_argument("--write", action="store_true", help="write docs_results/remaining-budget.md")
     args = parser.parse_args()
-    results = {}
+    results, started = {}, time.monotonic()
     for name, path in SETS.items():
         items = load_eval_set(path)[: args.limit]
         for grounded in (True, False):
@@ -66,10 +71,13 @@ def main() -> None:
     text = table(results)
     print(text)
     if args.write:
-        stamp = time.strftime("%Y-%m-%dT%H:%M")
+        stamp, took = time.strftime("%Y-%m-%dT%H:%M"), time.monotonic() - started
+        used = settings(False, True)
+        model = Path(used.model.model).name if used.model.model else "Gemma 3 270M"
         Path("docs_results/remaining-budget.md").write_text(
             f"Measured by · medido con `python labs/04-remaining-budget/compare.py --write`: {stamp}, "
-            f"model · modelo `llama` (Gemma 3 270M), max_turns 6\n\n{text}\n", encoding="utf-8")
+            f"{took // 60:.0f} min {took % 60:.0f} s, model · modelo `{used.model.llm}` ({model}), "
+            f"max_turns {used.tutor.max_turns}\n\n{text}\n", encoding="utf-8")
         print("written: docs_results/remaining-budget.md")
 
 
