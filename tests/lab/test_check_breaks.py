@@ -262,7 +262,8 @@ def test_the_eval_table_is_every_set_scored_strictly_with_and_without_grounding(
 
     monkeypatch.setattr(evaluation, "run_eval", run_eval)
     maintainer._write_eval_results(tmp_path)
-    assert [a[1:] for a in asked] == [("scored", False), ("scored", True), ("greedy", True), ("scored", False),
+    assert [a[1:] for a in asked] == [("scored", False), ("scored", True), ("greedy", False), ("greedy", True),
+                                     ("scored", False),
                                      ("scored", True), ("scored", False), ("scored", True), ("scored", False),
                                      ("scored", True)]
     table = (tmp_path / "eval.md").read_text(encoding="utf-8").splitlines()
@@ -274,7 +275,8 @@ def test_the_eval_table_is_every_set_scored_strictly_with_and_without_grounding(
                           "|---|---|---|---|---|---|---|---|"]
     held_out = "old held-out · antiguo reservado"
     sets = [("eval", "public · público", "scored", "off"), ("eval", "public · público", "scored", "on"),
-            ("eval", "public · público", "greedy", "on"), ("heldout", held_out, "scored", "off"),
+            ("eval", "public · público", "greedy", "off"), ("eval", "public · público", "greedy", "on"),
+            ("heldout", held_out, "scored", "off"),
             ("heldout", held_out, "scored", "on"), ("fresh", "fresh · nuevo", "scored", "off"),
             ("fresh", "fresh · nuevo", "scored", "on"), ("unseen", "unseen · inédito", "scored", "off"),
             ("unseen", "unseen · inédito", "scored", "on")]
@@ -284,4 +286,4 @@ def test_the_eval_table_is_every_set_scored_strictly_with_and_without_grounding(
                                 for name, _, decode, grounding in sets]
     text = (tmp_path / "eval-unseen-scored-grounding-on.json").read_text(encoding="utf-8")
     assert text == json.dumps(json.loads(text), ensure_ascii=False, indent=1) + "\n" and "¿él fue?" in text
-    assert json.loads(text)["accuracy"] == 0.75 and len(list(tmp_path.glob("eval-*.json"))) == 9
+    assert json.loads(text)["accuracy"] == 0.75 and len(list(tmp_path.glob("eval-*.json"))) == 10

@@ -238,7 +238,7 @@ def _write_eval_results(results_dir: Path) -> None:
     lines = ["| set · conjunto | decoding · decodificación | grounding · anclaje | strict accuracy · acierto estricto "
              "| stop reasons · motivos | p50 s | p95 s | total s |", "|---|---|---|---|---|---|---|---|"]
     runs = [("eval.jsonl", "public · público", "scored", False), ("eval.jsonl", "public · público", "scored", True),
-            ("eval.jsonl", "public · público", "greedy", True),
+            ("eval.jsonl", "public · público", "greedy", False), ("eval.jsonl", "public · público", "greedy", True),
             ("heldout.jsonl", "old held-out · antiguo reservado", "scored", False),
             ("heldout.jsonl", "old held-out · antiguo reservado", "scored", True),
             ("fresh.jsonl", "fresh · nuevo", "scored", False), ("fresh.jsonl", "fresh · nuevo", "scored", True),
