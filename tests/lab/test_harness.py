@@ -366,8 +366,9 @@ def test_every_measured_result_is_of_the_run_its_break_describes_today():
     for brk in catalogue():
         data = json.loads((RESULTS / f"{brk.id}.json").read_text(encoding="utf-8"))
         measured = (data["input"], data["llm"], list(data["flags"]), data["timeout_s"])
-        if measured != (brk.input, brk.llm, list(brk.flags), brk.timeout_s):
-            stale.append(f"{brk.id}: measured {measured}, the break runs {(brk.input, brk.llm, brk.flags, brk.timeout_s)}")
+        runs = (brk.input, brk.llm, list(brk.flags), brk.timeout_s)
+        if measured != runs:
+            stale.append(f"{brk.id}: measured {measured}, the break runs {runs}")
     assert not stale, "\n".join(stale)
 
 

@@ -545,7 +545,8 @@ def test_a_fresh_runtime_reads_the_tokenizer_alone_and_has_counted_nothing(monke
     monkeypatch.setattr(openai_compat, "Vocabulary", lambda model, path: ("vocab", model, path))
     server = Server()
     rt = ServerRuntime(server, str(gguf), n_ctx=1024, warm_up=True, startup_s=4.0)
-    assert loaded == [{"path_model": str(gguf), "params": loaded[0]["params"], "verbose": True}]  # not quiet: see the fd test
+    # verbose=True: a quiet load would silence the MCP server starting beside it (test_llama_runtime's fd test)
+    assert loaded == [{"path_model": str(gguf), "params": loaded[0]["params"], "verbose": True}]
     assert loaded[0]["params"].vocab_only is True
     assert rt.vocab == ("vocab", rt.model, str(gguf)) and rt.model_path == str(gguf)
     assert (rt.server, rt.n_ctx, rt.warm_up, rt.startup_s) == (server, 1024, True, 4.0)
