@@ -113,20 +113,26 @@ class Weights:
 
 def load_weights(model_path: str | None = None, amx: AmxChoice | None = None) -> Weights:
     """Load the model file (mostly C code that releases the GIL: a session runs it in a thread)."""
-    from llama_cpp import _internals as internals
-
     path = model_path or default_model_path()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file not found: {path}")
     amx = amx or choose_amx()
     # Loaded here, not through llama_cpp.Llama: Llama offers no switch for llama.cpp's extra buffer types (the
     # AMX path), and its own context would be thrown away (ours has 16 sequences).
-    # verbose=True: with False, llama-cpp-python points the whole process's stdout and stderr at /dev/null for the
-    # load, and the load runs in a thread beside the MCP server's start, so the server inherited /dev/null as its
-    # stderr (its fault and crash lines were lost). llama.cpp's own log goes through LLAMA_LOG either way.
     with LLAMA_LOG.capture() as load_log:
-        model = internals.LlamaModel(path_model=path, params=model_params(amx), verbose=True)
+        model = open_model_file(path, model_params(amx))
     return Weights(model, path, amx, weight_buffers(load_log))
+
+
+def open_model_file(path: str, params):
+    """llama.cpp's model read from ``path``, the whole process's stdout and stderr left where they are.
+
+    Not llama-cpp-python's quiet load (verbose=False): it points fds 1 and 2 at /dev/null while it runs, and a load
+    runs beside the MCP server's start, so the server inherited /dev/null as its stderr (its fault and crash lines
+    were lost). llama.cpp's own log goes through :data:`LLAMA_LOG` either way."""
+    from llama_cpp import _internals as internals
+
+    return internals.LlamaModel(path_model=path, params=params, verbose=True)
 
 
 class KVRuntime:

@@ -44,7 +44,7 @@ from ..agent.grounding import Grounds
 from ..agent.errors import ModelFailed, ModelTimeout
 from ..agent.ports import Entry, ModelReply
 from .llama_params import vocab_only_params
-from .llama_runtime import Decoded, close_quietly, common_prefix, default_model_path
+from .llama_runtime import Decoded, close_quietly, common_prefix, default_model_path, open_model_file
 from .openai_server import TOP_LOGPROBS, ModelServer, RequestRefused, token_count
 from .prompt import HEADER, render
 from .scored import ScoredDecoder
@@ -75,14 +75,10 @@ class ServerRuntime:
 
     def __init__(self, server: ModelServer, model_path: str | None = None, *, n_ctx: int = 2048,
                  warm_up: bool = False, startup_s: float = STARTUP_S) -> None:
-        from llama_cpp import _internals as internals
-
         path = model_path or default_model_path()
         if not os.path.isfile(path):
             raise FileNotFoundError(f"model file not found: {path}")
-        # verbose=True: see llama_runtime.load_weights (the quiet load silences the whole process, the MCP
-        # server starting beside it included)
-        self.model = internals.LlamaModel(path_model=path, params=vocab_only_params(), verbose=True)
+        self.model = open_model_file(path, vocab_only_params())
         self.vocab = Vocabulary(self.model, path)
         self.server = server
         self.model_path = path
