@@ -152,16 +152,24 @@ def _substitute(argv: list[str]) -> list[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def all_commands() -> tuple[Command, ...]:
-    found: list[Command] = []
+def _page_commands() -> tuple[tuple[str, list[str], bool], ...]:
+    """(where, argv, inline?) of every simple command on the pages, as a shell would split it."""
+    found = []
     for path in _sources():
         where = path.relative_to(ROOT).as_posix()
         for n, line, inline in _shell_lines(path):
-            for cmd in _simple_commands(line, inline):
-                if inline and ("..." in cmd or "…" in cmd):
-                    continue  # prose that elides arguments ("python -m miniagent ask ... --json")
-                if cmd[0] in ("invoke", "python", "python3"):
-                    found.append(Command(f"{where}:{n}", tuple(_substitute(cmd)), inline))
+            found += [(f"{where}:{n}", cmd, inline) for cmd in _simple_commands(line, inline)]
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=1)
+def all_commands() -> tuple[Command, ...]:
+    found: list[Command] = []
+    for where, cmd, inline in _page_commands():
+        if inline and ("..." in cmd or "…" in cmd):
+            continue  # prose that elides arguments ("python -m miniagent ask ... --json")
+        if cmd[0] in ("invoke", "python", "python3"):
+            found.append(Command(where, tuple(_substitute(cmd)), inline))
     return tuple(found)
 
 
@@ -217,6 +225,7 @@ def test_every_invoke_command_on_every_page_parses():
         except ParseError as err:
             return err
 
+    @functools.lru_cache(maxsize=None)
     def unknown(variant: str) -> BreakError | None:
         try:
             find(variant)
@@ -227,7 +236,6 @@ def test_every_invoke_command_on_every_page_parses():
     # The pages hold each command several times (EN and ES, the README): each is parsed and looked up once (a
     # parse and a read of the catalogue cost ~10 ms each, ~800 commands), and judged wherever it is written.
     parses = {argv: parsed(argv) for argv in {cmd.argv for cmd in invoke_commands()}}
-    lookups: dict[str, BreakError | None] = {}
     problems = []
     for cmd in invoke_commands():
         result = parses[cmd.argv]
@@ -241,10 +249,8 @@ def test_every_invoke_command_on_every_page_parses():
             variant = args["variant"]
             if variant in ("all", "baseline") and task in ("check", "exp"):
                 continue
-            if variant not in lookups:
-                lookups[variant] = unknown(variant)
-            if lookups[variant] is not None:
-                problems.append(f"{cmd}  ->  {lookups[variant]}")
+            if unknown(variant) is not None:
+                problems.append(f"{cmd}  ->  {unknown(variant)}")
     assert not problems, "commands on the pages that invoke refuses:\n" + "\n".join(problems)
 
 
@@ -368,13 +374,10 @@ def _grep_patterns() -> list[tuple[str, str]]:
     """(where, pattern) of every ``grep '[x]...'`` on the pages: the bracket keeps grep from finding itself in
     ``ps``'s list, so these lines look for the lab's processes by their command lines."""
     found = []
-    for path in _sources():
-        where = path.relative_to(ROOT).as_posix()
-        for n, line, _ in _shell_lines(path):
-            for cmd in _simple_commands(line):
-                patterns = [tok for tok in cmd[1:] if not tok.startswith("-")]
-                if cmd[0] == "grep" and patterns and patterns[0].startswith("["):
-                    found.append((f"{where}:{n}", patterns[0]))
+    for where, cmd, _ in _page_commands():
+        patterns = [tok for tok in cmd[1:] if not tok.startswith("-")]
+        if cmd[0] == "grep" and patterns and patterns[0].startswith("["):
+            found.append((where, patterns[0]))
     return found
 
 

@@ -471,7 +471,7 @@ def test_the_tour_runs_every_break_and_scores_the_predicted_ones(shown, monkeypa
     assert [r["id"] for r in results] == ids
     assert [alias for alias, _ in calls] == [brk.alias for brk in experiment.catalogue()]
     dedup = results[ids.index("03-no-dedup")]
-    assert calls[ids.index("03-no-dedup")][1] == {"learner": learner, "live": True, "llm": None}
+    assert calls[ids.index("03-no-dedup")][1] == {"learner": learner, "live": True, "llm": None, "lang": "en"}
     assert calls[0][1] == {"learner": None, "live": True, "llm": None, "lang": "en"}
     assert (dedup["hits"], dedup["fields"], dedup["llm"], dedup["real_model"]) == (1, 2, "scripted:stubborn", False)
     assert dedup["predicted"]["outcome"] == "answer" and dedup["exercised"] is True
@@ -497,7 +497,8 @@ def test_the_tour_reports_an_unpredicted_break_in_the_named_learners_language(sh
     experiment._tour_runs(learner, False, None)
     by_alias = dict(calls)
     assert by_alias["no-cap"] == {"learner": None, "live": True, "llm": None, "lang": "es"}
-    assert by_alias["no-dedup"] == {"learner": learner, "live": True, "llm": None}  # scored: the learner's own
+    # scored: the learner's own run, in the learner's language
+    assert by_alias["no-dedup"] == {"learner": learner, "live": True, "llm": None, "lang": "es"}
 
 
 def test_an_unscored_run_reports_in_the_language_it_is_given(harness, shown, monkeypatch, tmp_path):
@@ -513,7 +514,8 @@ def test_the_tour_with_one_model_runs_every_break_on_it_unscored_in_json(shown, 
     monkeypatch.setattr(experiment, "exp", lambda alias, **kw: calls.append(kw) or full_record(needs_met=True))
     results = experiment._tour_runs(learner, True, "scripted:oracle")
     assert {r["llm"] for r in results} == {"scripted:oracle"} and not any(r["real_model"] for r in results)
-    assert calls == [{"learner": None, "live": False, "llm": "scripted:oracle"}] * len(experiment.catalogue())
+    unscored = {"learner": None, "live": False, "llm": "scripted:oracle", "lang": "en"}
+    assert calls == [unscored] * len(experiment.catalogue())
     assert "(no prediction for" in shown.export_text(clear=False)  # told, though nothing is scored in JSON
 
 

@@ -250,10 +250,9 @@ def _tour_runs(learner: str | None, as_json: bool, llm: str | None) -> list[dict
         if learner and prediction is None:
             screen.console.print(f"(no prediction for {brk.id} in your notes, or every value still `?`: "
                                  f"`invoke predict {brk.alias} --learner {learner}`, then fill it in, to be scored)")
-        scored = learner if prediction and not as_json else None
-        # Run unscored, a break still reports in the named learner's language, not in the remembered one's.
-        lang = {"lang": report_lang(learner)} if learner and not scored and not as_json else {}
-        record = exp(brk.alias, learner=scored, live=not as_json, llm=llm, **lang)
+        # The named learner's language, also for a break run unscored (else the remembered learner's would do).
+        record = exp(brk.alias, learner=learner if prediction and not as_json else None, live=not as_json, llm=llm,
+                     lang=report_lang(learner) if learner else None)
         rows = scoring.compare(prediction, record.to_dict()) if prediction and record else []
         hits = [r.hit for r in rows if r.hit is not None]
         results.append({"id": brk.id, "llm": llm or brk.llm, "real_model": (llm or brk.llm) == "llama",
