@@ -122,10 +122,16 @@ def test_a_read_only_cache_checks_every_time_and_leaves_no_temp_file(package, mo
 def test_the_weights_say_where_they_came_from_and_load_quietly(capfd):
     from miniagent.models.llama_params import choose_amx
 
+    """Which buffers llama.cpp puts the weights in is the CPU's business (one mapped buffer; or, where its
+    kernels want another layout, 12.66 MiB repacked beside it on an AMD EPYC with AVX-512): whatever they are,
+    they are read from its log, each named and sized, and together they hold the packaged file's weights."""
     loaded = load_weights()
     try:
         assert loaded.path == llama_runtime.default_model_path() and loaded.amx == choose_amx()
-        assert loaded.buffers and all(mib > 100 for mib in loaded.buffers.values()), loaded.buffers
+        file_mib = os.path.getsize(loaded.path) / 2**20
+        assert loaded.buffers and all(name.startswith("CPU") or name == "AMX" for name in loaded.buffers)
+        assert all(mib > 0 for mib in loaded.buffers.values()), loaded.buffers
+        assert sum(loaded.buffers.values()) > 0.9 * file_mib, (loaded.buffers, file_mib)
         assert capfd.readouterr().err == "", "llama.cpp's log reached stderr"
     finally:
         loaded.model.close()
