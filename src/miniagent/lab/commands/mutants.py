@@ -54,7 +54,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
                "agent/test_properties_grounding", "agent/test_loop_details", "lab/test_properties_counts",
                "test_settings_reach"]),
     "models": (["src/miniagent/models/*"],
-               ["models/test_amx", "models/test_llama_runtime", "models/test_llama_backend",
+               ["models/test_amx", "models/test_llama_runtime", "models/test_system_info", "models/test_llama_backend",
                 "models/test_model_threads", "models/test_model_failures", "models/test_openai_backend",
                 "models/test_shared_server", "models/test_model_file", "models/test_prompt", "models/test_scripted",
                 "models/test_model_parts", "models/test_make_backend", "models/test_scored_decoder",
