@@ -50,6 +50,15 @@ class FakeContext(Context):
         return self.result
 
 
+@pytest.fixture
+def english_reports(monkeypatch):
+    """A crash report speaks the remembered learner's language: these tests read the English one, whoever did
+    the lab in this checkout before (a learner who worked in Spanish gets "SE HA ROTO")."""
+    from miniagent.lab.commands import exercises
+
+    monkeypatch.setattr(exercises, "report_lang", lambda learner=None: "en")
+
+
 # The tasks whose work is one command: their exit status must be that command's.
 COMMAND_TASKS = {
     "test": lambda c: tasks.test(c),
@@ -134,7 +143,7 @@ def test_quick_and_k_reach_both_passes():
         assert "-k 'guard and not slow'" in command
 
 
-def test_a_crashed_command_is_named_once_and_clearly(capsys):
+def test_a_crashed_command_is_named_once_and_clearly(english_reports, capsys):
     code = exit_status(lambda: tasks.test(FakeContext(-signal.SIGSEGV, "Fatal Python error: Segmentation fault\n")))
     assert code == 139
     err = capsys.readouterr().err
@@ -323,7 +332,8 @@ class TracingContext(FakeContext):
 
 @pytest.mark.parametrize("turns, when", [(2, "after its loop started, with 2 turn(s) done"),
                                          (0, "before its loop started")])
-def test_a_crashed_agent_is_reported_with_how_far_its_loop_got_and_its_last_words(turns, when, capsys):
+def test_a_crashed_agent_is_reported_with_how_far_its_loop_got_and_its_last_words(english_reports, turns, when,
+                                                                                   capsys):
     c = TracingContext(-signal.SIGSEGV, "loading the model\nSegmentation fault in ggml\n", turns)
     assert exit_status(lambda: tasks.ask(c, "What is the past simple of go for she?")) == 139
     lines = capsys.readouterr().err.splitlines()
@@ -332,7 +342,7 @@ def test_a_crashed_agent_is_reported_with_how_far_its_loop_got_and_its_last_word
     assert "    Segmentation fault in ggml" in lines and "XX" not in "".join(lines)
 
 
-def test_a_crashed_agent_that_wrote_nothing_is_reported_as_silent(capsys):
+def test_a_crashed_agent_that_wrote_nothing_is_reported_as_silent(english_reports, capsys):
     assert exit_status(lambda: tasks.ask(TracingContext(-signal.SIGKILL, None, 1), "q")) == 137
     err = capsys.readouterr().err
     assert "It wrote nothing to stderr." in err and "XXXX" not in err
