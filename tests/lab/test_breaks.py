@@ -14,7 +14,7 @@ from helpers import repo_copy
 
 from miniagent.lab.learner import notebook
 from miniagent.lab.commands import experiment, maintainer, screen
-from miniagent.lab.catalogue import Break, BreakError, busy_cpu_floor, catalogue, find
+from miniagent.lab.catalogue import Break, BreakError, busy_cpu_floor, catalogue, cpu_disturbed, find
 from miniagent.lab.patching import apply_to_tree, is_applied, revert_in_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,12 +168,14 @@ def test_exp_runs_a_sandbox_and_leaves_the_learners_tree_alone():
     record = json.loads(proc.stdout.strip().splitlines()[-1])
     assert record["outcome"] == "timeout" and record["processes_left"] == []
     assert record["tool_calls"] > 5
-    # The break's own rule for a busy loop: 50 % of a core, or most of what other programs left it on a busy
-    # machine (an idle hang stays near 0 % either way).
-    floor = busy_cpu_floor(50, record)
-    assert record["cpu_mean"] >= floor, {k: record[k] for k in ("cpu_mean", "other_cpu_mean", "cpus", "machine_busy")}
     assert Path(record["svg_path"]).is_file() and Path(record["trace_path"]).is_file()
     assert {p: p.read_bytes() for p in sorted((ROOT / "src").rglob("*.py"))} == before
+    # The break's own rule for a busy loop: 50 % of a core, or half of what other programs left it on a busy
+    # machine (an idle hang stays near 0 % either way); where they left too little to tell, the run says so.
+    figures = {k: record[k] for k in ("cpu_mean", "other_cpu_mean", "cpus", "machine_busy")}
+    if disturbed := cpu_disturbed(50, record):
+        pytest.skip(f"{disturbed} ({figures})")
+    assert record["cpu_mean"] >= busy_cpu_floor(50, record), figures
 
 
 @pytest.mark.slow  # ~4 min: every break applied, caught, run and reverted

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from miniagent.lab.catalogue import BUSY_SHARE, Expect, busy_cpu_floor, left_for_run
+from miniagent.lab.catalogue import BUSY_SHARE, JUDGEABLE_FLOOR, Expect, busy_cpu_floor, cpu_disturbed, left_for_run
 
 RUN = {"outcome": "answer", "stop_reason": "answered", "cpu_mean": 50.0, "tool_calls": 2, "identical_calls": 1,
        "turns": 3, "processes_left": [], "answer": "She went.", "final_answer": "", "wall_s": 4.0, "cpus": 2,
@@ -80,15 +80,36 @@ def test_what_the_others_left_is_every_core_less_their_mean():
 
 def test_the_cpu_floor_is_lowered_only_on_a_busy_machine_and_only_to_a_share_of_one_core_at_most():
     assert busy_cpu_floor(90, {"machine_busy": False, "cpus": 2, "other_cpu_mean": 180.0}) == 90
-    assert busy_cpu_floor(90, {"machine_busy": True, "cpus": 2, "other_cpu_mean": 150.0}) == pytest.approx(40.0)
-    assert busy_cpu_floor(90, {"machine_busy": True, "cpus": 4, "other_cpu_mean": 60.0}) == pytest.approx(80.0)
-    assert busy_cpu_floor(50, {"machine_busy": True, "cpus": 4, "other_cpu_mean": 60.0}) == 50  # never raised
-    assert BUSY_SHARE == 0.8
+    assert busy_cpu_floor(90, {"machine_busy": True, "cpus": 2, "other_cpu_mean": 150.0}) == pytest.approx(25.0)
+    assert busy_cpu_floor(90, {"machine_busy": True, "cpus": 4, "other_cpu_mean": 60.0}) == pytest.approx(50.0)
+    assert busy_cpu_floor(40, {"machine_busy": True, "cpus": 4, "other_cpu_mean": 60.0}) == 40  # never raised
+    assert (BUSY_SHARE, JUDGEABLE_FLOOR) == (0.5, 10.0)
+
+
+def test_the_run_that_failed_on_a_busy_ci_machine_is_judged_busy():
+    """Seen in CI: no-cap's busy loop got 44.7 % of a core while other programs took 143 % of two."""
+    busy = record(machine_busy=True, other_cpu_mean=143.0, cpu_mean=44.7)
+    assert Expect(cpu_mean_min=50).failures(busy) == []
+    assert Expect(cpu_mean_min=50).failures({**busy, "cpu_mean": 2.0}) == \
+        ["cpu_mean 2 < 28 (of the 57 % other programs left)"]  # an idle hang still fails
 
 
 def test_a_busy_machine_is_named_in_the_cpu_message():
-    busy = record(machine_busy=True, other_cpu_mean=150.0, cpu_mean=30.0)  # others left 50 %: the floor is 40
-    assert Expect(cpu_mean_min=90).failures(busy) == ["cpu_mean 30 < 40 (of the 50 % other programs left)"]
-    assert Expect(cpu_mean_min=90).failures(record(machine_busy=True, other_cpu_mean=150.0, cpu_mean=40.0)) == []
-    assert Expect(cpu_mean_min=30).failures(record(machine_busy=True, other_cpu_mean=150.0, cpu_mean=29.0)) == \
-        ["cpu_mean 29 < 30"]  # the floor was not lowered: the message shows the bound itself
+    busy = record(machine_busy=True, other_cpu_mean=150.0, cpu_mean=20.0)  # others left 50 %: the floor is 25
+    assert Expect(cpu_mean_min=90).failures(busy) == ["cpu_mean 20 < 25 (of the 50 % other programs left)"]
+    assert Expect(cpu_mean_min=90).failures(record(machine_busy=True, other_cpu_mean=150.0, cpu_mean=25.0)) == []
+    assert Expect(cpu_mean_min=20).failures(record(machine_busy=True, other_cpu_mean=150.0, cpu_mean=19.0)) == \
+        ["cpu_mean 19 < 20"]  # the floor was not lowered: the message shows the bound itself
+
+
+@pytest.mark.parametrize("others, disturbed", [(180.0, False), (180.5, True), (200.0, True), (150.0, False)])
+def test_where_the_others_left_too_little_the_cpu_is_not_judged_and_says_so(others, disturbed):
+    """Half of what is left under 10 % of a core: a busy loop and an idle hang look alike, so neither passes."""
+    busy = record(machine_busy=True, other_cpu_mean=others, cpu_mean=95.0)
+    said = cpu_disturbed(50, busy)
+    assert (said is not None) == disturbed
+    if disturbed:
+        assert Expect(cpu_mean_min=50).failures(busy) == [said]
+        assert said.startswith("cpu_mean not judged: other programs left the run ") and "quieter machine" in said
+    assert cpu_disturbed(50, {**busy, "machine_busy": False}) is None  # an idle machine is always judged
+    assert cpu_disturbed(8, record(machine_busy=True, other_cpu_mean=150.0)) is None  # a floor under 10 kept whole

@@ -39,8 +39,12 @@ class BreakError(RuntimeError):
     """A clear, learner-facing refusal (unknown variant, conflicting edits...)."""
 
 
-# A busy loop takes what the CPU gives it: on a machine other programs keep busy, "busy" means most of what they left.
-BUSY_SHARE = 0.8
+# A busy loop takes what the CPU gives it, and on a machine other programs keep busy that is not all they left:
+# it also waits for its MCP server, which waits for a core too (measured: 44.7 % of the 57 % left, with other
+# programs at 143 % of 2 cores). Half of what they left still stands far above an idle hang's 0-3 %.
+BUSY_SHARE = 0.5
+# Below this floor (% of one core) a busy loop can no longer be told from an idle hang: the run was disturbed.
+JUDGEABLE_FLOOR = 10.0
 
 
 def left_for_run(record: dict) -> float:
@@ -59,6 +63,15 @@ def busy_cpu_floor(cpu_mean_min: float, record: dict) -> float:
     if not record.get("machine_busy"):
         return cpu_mean_min
     return min(cpu_mean_min, BUSY_SHARE * min(100.0, left_for_run(record)))
+
+
+def cpu_disturbed(cpu_mean_min: float, record: dict) -> str | None:
+    """Why a CPU floor cannot be judged on this record (other programs left too little), or None."""
+    floor = busy_cpu_floor(cpu_mean_min, record)
+    if floor >= min(cpu_mean_min, JUDGEABLE_FLOOR):
+        return None
+    return (f"cpu_mean not judged: other programs left the run {left_for_run(record):.0f} % of a core, too little "
+            f"to tell a busy loop from an idle one; run it again on a quieter machine")
 
 
 @dataclass
@@ -106,7 +119,9 @@ class Expect:
         if self.stop_reason is not None:
             need(record.get("stop_reason") == self.stop_reason,
                  f"stop_reason {record.get('stop_reason')!r} != {self.stop_reason!r}")
-        if self.cpu_mean_min is not None:
+        if self.cpu_mean_min is not None and (disturbed := cpu_disturbed(self.cpu_mean_min, record)):
+            out.append(disturbed)
+        elif self.cpu_mean_min is not None:
             floor = busy_cpu_floor(self.cpu_mean_min, record)
             shown = f"{floor:.0f} (of the {left_for_run(record):.0f} % other programs left)" \
                 if floor < self.cpu_mean_min else f"{self.cpu_mean_min}"
