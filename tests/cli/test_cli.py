@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -179,3 +181,43 @@ def test_a_trace_that_cannot_be_written_is_refused_in_one_line(tmp_path):
                    "--cache-dir", "", "--trace", "trace.d")
     assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
     assert proc.stderr == "miniagent: [Errno 21] Is a directory: 'trace.d'\n"
+
+
+# --- --config FILE: the file named on the command line is the one the run uses ---------------------------------
+
+
+@pytest.fixture
+def no_outside_settings(tmp_path, monkeypatch):
+    """No MINIAGENT_* variable of the shell, no ./miniagent.toml, and main()'s SIGTERM handler left out (it
+    would stay installed in the test process)."""
+    for name in [n for n in os.environ if n.startswith("MINIAGENT_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("miniagent.processes.install_sigterm_handler", lambda: None)
+
+
+EVAL_SET = str(Path(__file__).resolve().parents[2] / "labs" / "01-tutor-end-to-end" / "eval.jsonl")
+
+
+@pytest.mark.parametrize("command", [["ask", "What is the past simple of go for she?"],
+                                     ["eval", "--set", EVAL_SET, "--limit", "1"]])
+def test_the_config_file_named_by_the_flag_reaches_the_run(command, no_outside_settings, tmp_path):
+    from miniagent import cli
+
+    file = tmp_path / "class.toml"
+    file.write_text('[miniagent]\nllm = "scripted:oracle"\nmax_turns = 4\nwall_clock_s = 17.5\n', encoding="utf-8")
+    trace = tmp_path / "trace.jsonl"
+    assert cli.main([*command, "--config", str(file), "--trace", str(trace), "--json"]) == 0
+    starts = [e for e in map(json.loads, trace.read_text(encoding="utf-8").splitlines()) if e["event"] == "run_start"]
+    assert [(e["llm"], e["config"]["max_turns"], e["config"]["wall_clock_s"]) for e in starts] == \
+        [("scripted:oracle", 4, 17.5)]
+
+
+@pytest.mark.parametrize("command", [["ask", "q"], ["eval"]])
+def test_a_config_file_that_is_not_there_is_refused_before_anything_runs(command, no_outside_settings, tmp_path,
+                                                                          capsys):
+    from miniagent import cli
+
+    missing = tmp_path / "none.toml"
+    assert cli.main([*command, "--config", str(missing)]) == 2
+    assert capsys.readouterr().err == f"miniagent: bad setting: config file not found: {missing}\n"

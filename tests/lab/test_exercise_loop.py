@@ -168,6 +168,22 @@ def test_progress_follows_the_learner_through_one_break(tree):
     assert steps[0].startswith("Siguiente: 01-dead-config") and "invoke predict dead-config" in steps[1]
 
 
+def test_a_break_applied_again_after_its_fix_is_to_fix_again_not_done(tree):
+    """Fixed and verified, then `invoke break` once more: src/ decides, not the old verdict. The table shows the
+    break to fix, and `next` points at it again with the fixing commands."""
+    path, _ = notebook.add_prediction(tree, "bea", "00-no-cap", "no caps")
+    path.write_text(path.read_text(encoding="utf-8").replace("outcome: ?", "outcome: timeout"), encoding="utf-8")
+    progress.update(tree, "bea", lambda s: progress.break_state(s, "00-no-cap").update(runs=1, fixed_at=progress.now()))
+    assert progress.rows(tree, "bea")[0].stage == progress.DONE
+    apply_to_tree(find("no-cap", tree), tree)  # what `invoke break no-cap` does to src/ and to the progress file
+    progress.update(tree, "bea", lambda s: progress.break_state(s, "00-no-cap").update(broken_at=progress.now()))
+    rows = progress.rows(tree, "bea")
+    assert (rows[0].stage, rows[0].applied, rows[0].fixed) == (progress.FIX, True, False)
+    assert progress.next_row(rows) is rows[0]
+    steps = progress.next_steps(tree, "bea", rows[0], "en")
+    assert steps[0].startswith("Next: 00-no-cap") and any("invoke watch no-cap" in step for step in steps[1:]), steps
+
+
 def test_an_unreadable_prediction_is_shown_not_fatal(tree):
     path, _ = notebook.add_prediction(tree, "bea", "00-no-cap", "no caps")
     path.write_text(path.read_text(encoding="utf-8").replace("outcome: ?", "outcome: maybe"), encoding="utf-8")

@@ -85,3 +85,21 @@ def test_a_patched_file_the_last_commit_lacks_is_refused_naming_it_and_nothing_c
                               "of a git checkout (fatal: ")
     assert message.endswith("); nothing was changed.")
     assert loop.read_text() == before
+
+
+def test_a_refused_merge_leaves_src_as_the_learner_left_it_and_keeps_a_copy(tree):
+    """The merge brings the break's lines back, yet they are still not intact for its patch: the learner also
+    edited a line of the patch's context. The reset is refused, and src/ itself must hold the learner's edits
+    again, byte for byte (not only the backup copy)."""
+    brk = find("dead-config", tree)
+    apply_to_tree(brk, tree)
+    loop = fix_in_progress(tree)
+    context = "# for the stats only: repeats"  # two lines above the broken one, in the patch's context
+    loop.write_text(loop.read_text().replace(context, "# mine, " + context[2:], 1))
+    before = loop.read_bytes()
+    with pytest.raises(BreakError) as refused:
+        reset_in_tree(brk, tree, backups=tree / "backups")
+    assert str(refused.value).startswith("could not bring 01-dead-config's lines back to intact; every file is as "
+                                         "it was (copies in ")
+    assert loop.read_bytes() == before
+    assert [copy.read_bytes() for copy in (tree / "backups").rglob("loop.py")] == [before]
