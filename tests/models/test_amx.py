@@ -238,3 +238,24 @@ def test_every_ci_log_names_its_cpu_and_whether_it_has_amx():
     line = subprocess.run(["bash", "-c", ci[ci.index("cpu=$("):ci.index("\n", named)]], capture_output=True,
                           text=True, check=True).stdout
     assert line.startswith("CI machine: ") and "AMX: " in line and " cores, " in line
+
+
+def test_every_ci_log_prints_llamas_system_lines_after_the_install():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("pip install -q -e") < ci.index("python -m miniagent.models.system_info") < ci.index("invoke test")
+
+
+@pytest.mark.parametrize("suite, breaks, status", [(0, 0, 0), (1, 0, 1), (0, 1, 1), (2, 1, 2), (1, 2, 1)])
+def test_ci_checks_every_break_on_the_real_model_after_the_suite_and_fails_on_either(tmp_path, suite, breaks,
+                                                                                      status):
+    """The suite's status first; the real-model break check runs even after a red suite (one log tells both)."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    tail = ci[ci.index("status=0\n"):]
+    assert ".venv/bin/invoke test " in tail and ".venv/bin/invoke check-breaks --real " in tail
+    calls = tmp_path / "calls"
+    stub = (f'invoke() {{ echo "$*" >> {calls}; case "$1" in test) return {suite};; check-breaks) return {breaks};; '
+            f'esac; return 99; }}\n')
+    proc = subprocess.run(["bash", "-c", stub + tail.replace(".venv/bin/invoke", "invoke")], capture_output=True,
+                          text=True)
+    assert proc.returncode == status, proc.stderr
+    assert calls.read_text().splitlines() == ["test", "check-breaks --real"]
