@@ -90,6 +90,7 @@ NO_WING = {
     "test_layout": "the source's shape (imports, lengths, docstrings), not its behaviour",
     "test_tutor_e2e": "the real model and server end to end, in subprocesses mutmut does not reach",
     "cli/test_no_orphans": "signals to agents started as subprocesses, which mutmut does not reach",
+    "test_learners_present": "other test files run in a pytest subprocess, with a learner in the checkout",
 }
 # What the tests read besides the code: mutmut copies these into its own copy too (``also_copy``), where the
 # tests run and where the package's ROOT is.
