@@ -249,6 +249,7 @@ def test_docs_charts_redraws_each_break_measured_with_its_samples_and_nothing_el
 
 def test_the_eval_table_is_every_set_scored_strictly_with_and_without_grounding(monkeypatch, tmp_path):
     from miniagent.lab import evaluation
+    from miniagent.models.llama_params import choose_amx, cpu_model_name
 
     console = screen_console(monkeypatch, colours=False)
     monkeypatch.setenv("MINIAGENT_MAX_TURNS", "1")  # the maintainer's shell: the figures are the defaults' own
@@ -268,8 +269,9 @@ def test_the_eval_table_is_every_set_scored_strictly_with_and_without_grounding(
                                      ("scored", True)]
     table = (tmp_path / "eval.md").read_text(encoding="utf-8").splitlines()
     assert re.fullmatch(r"Measured by `invoke docs-results` · medido con `invoke docs-results`: "
-                        r"\d{4}-\d\d-\d\d \d\d:\d\d, (\d+) cores, Gemma 3 270M \(Q4_K_M\)\.", table[0])
-    assert table[0].endswith(f", {maintainer.machine_cores()} cores, Gemma 3 270M (Q4_K_M).") and table[1] == ""
+                        r"\d{4}-\d\d-\d\d \d\d:\d\d, (\d+) cores, .+, Gemma 3 270M \(Q4_K_M\)\.", table[0])
+    machine = f"{maintainer.machine_cores()} cores, {cpu_model_name()} ({choose_amx().describe()})"
+    assert table[0].endswith(f", {machine}, Gemma 3 270M (Q4_K_M).") and table[1] == ""
     assert table[2:4] == ["| set · conjunto | decoding · decodificación | grounding · anclaje | strict accuracy · "
                           "acierto estricto | stop reasons · motivos | p50 s | p95 s | total s |",
                           "|---|---|---|---|---|---|---|---|"]

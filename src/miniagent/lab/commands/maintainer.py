@@ -232,6 +232,7 @@ def _write_eval_results(results_dir: Path) -> None:
     ``unseen.jsonl`` before argument grounding was written (issue 23); both are measured only here, never
     used to choose a setting.
     """
+    from ...models.llama_params import choose_amx, cpu_model_name
     from ...settings import load_config
     from ..evaluation import load_eval_set, run_eval
 
@@ -254,8 +255,10 @@ def _write_eval_results(results_dir: Path) -> None:
         (results_dir / f"eval-{name.removesuffix('.jsonl')}-{decode}-grounding-{grounding}.json").write_text(
             json.dumps(r, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     stamp = datetime.now().strftime("%Y-%m-%d %H:%M")
+    # The CPU too: llama.cpp's kernels differ from one to the next (repacked weights, AMX off), and with grounding
+    # off some answers with them (the maintainers page lists those seen).
     lines = [f"Measured by `invoke docs-results` · medido con `invoke docs-results`: {stamp}, {machine_cores()} cores, "
-             "Gemma 3 270M (Q4_K_M).", ""] + lines
+             f"{cpu_model_name()} ({choose_amx().describe()}), Gemma 3 270M (Q4_K_M).", ""] + lines
     (results_dir / "eval.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
