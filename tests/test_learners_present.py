@@ -31,8 +31,8 @@ def test_the_lab_command_tests_are_green_with_a_spanish_learner_remembered(learn
     notebook.add_prediction(ROOT, learner, "00-no-cap", "sin tope")
     progress.update(ROOT, learner, lambda s: progress.break_state(s, "00-no-cap").update(runs=1, hits=4, fields=5))
     progress.remember_learner(ROOT, learner)
+    assert progress.resolve_learner(ROOT, None) == learner
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "-m",
                            "not serial and not slow and not real_model and not browser",
                            *READ_THE_REMEMBERED_LEARNER], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert progress.resolve_learner(ROOT, None) == learner, "the planted learner was not the one remembered"
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

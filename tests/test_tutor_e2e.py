@@ -186,7 +186,9 @@ def decisions(set_name: str, cache_dir: Path, *, n_threads: int = 2, first: int 
 
     items = load_eval_set(ROOT / "labs" / "01-tutor-end-to-end" / set_name)[first:last]
     trace = Trace.memory()
-    config = load_config(env={}, cli={"cache_dir": str(cache_dir), "n_threads": n_threads, "ground_arguments": ground})
+    # the wall clock lifted: on a busy machine it would end a slow run, which is a guard at work, not a decision
+    config = load_config(env={}, cli={"cache_dir": str(cache_dir), "n_threads": n_threads, "ground_arguments": ground,
+                                      "wall_clock_s": 600.0})
     report = run_eval(items, config, trace)
     return ([(r["question"], r["answer"], r["stop_reason"], r["turns"]) for r in report["items"]],
             [{k: v for k, v in e.items() if k not in UNDECIDED} for e in trace.events])
