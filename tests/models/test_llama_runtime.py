@@ -517,6 +517,49 @@ def test_a_cache_file_of_other_tokens_is_not_taken_for_this_header(rt, weights, 
 
 
 @pytest.mark.real_model
+def test_work_done_aside_leaves_the_conversation_its_very_cells(rt, weights):
+    """A first run computes the priors in the middle of a conversation: afterwards the conversation goes on from
+    the cells it had, nothing evaluated again, to the last bit of a run that did no such work."""
+    tokens = rt.vocab.tokenize(PROMPT, bos=True)
+    untouched = KVRuntime(n_ctx=1024, n_threads=THREADS, weights=weights)
+    try:
+        untouched.feed(tokens[:8])
+        expected = untouched.sync(tokens)
+    finally:
+        untouched.ctx.close()
+        untouched.batch.close()
+    rt.feed(tokens[:8])
+    with rt.aside():
+        rt.score(tokens[:3] + rt.vocab.tokenize(" Question: a content-free one"), [[2], [3]])
+    assert rt.tokens == tokens[:8]
+    before = rt.evaluated
+    assert np.array_equal(rt.sync(tokens), expected) and rt.evaluated - before == len(tokens) - 8
+
+
+@pytest.mark.real_model
+def test_a_header_evaluated_here_lies_in_the_cells_a_load_gives_it(weights, tmp_path):
+    """The prompt's header evaluated (a cold prompt cache) or loaded (a warm one): a question asked after another
+    gets the same logits to the last bit. Before, they differed by up to 0.9 and a question could be answered
+    otherwise on a first run."""
+    from miniagent.models.prompt import HEADER
+
+    def second_question() -> tuple[bool, np.ndarray]:
+        runtime = KVRuntime(n_ctx=2048, n_threads=THREADS, weights=weights)
+        try:
+            header = runtime.vocab.tokenize(HEADER, bos=True)
+            loaded = runtime.prime(header, tmp_path)
+            first = header + runtime.vocab.tokenize("Q: The future continuous of shine, for it.\nA:")
+            runtime.score(first, [runtime.vocab.tokenize(t) for t in (" past simple", " future continuous")])
+            return loaded, runtime.sync(header + runtime.vocab.tokenize("Q: For they, the present of apply?\nA:"))
+        finally:
+            runtime.ctx.close()
+            runtime.batch.close()
+
+    (cold_loaded, cold), (warm_loaded, warm) = second_question(), second_question()
+    assert (cold_loaded, warm_loaded) == (False, True) and np.array_equal(cold, warm)
+
+
+@pytest.mark.real_model
 def test_the_startup_line_says_threads_amx_and_weights(rt):
     line = rt.startup_line("2 free cores")
     assert line.startswith(f"llama.cpp threads: {THREADS} (2 free cores), {rt.amx.describe()}, weights in ")

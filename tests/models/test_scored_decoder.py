@@ -10,6 +10,7 @@ here in milliseconds, without a model.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -58,6 +59,13 @@ class Wants:
     def prime(self, prefix, cache_dir) -> bool:
         self.sync(prefix)
         return False
+
+    @contextlib.contextmanager
+    def aside(self):
+        """As the real runtime's: afterwards the conversation's tokens are those it had."""
+        kept = list(self.tokens)
+        yield
+        self.tokens = kept
 
     def sync(self, prompt: list[int]) -> None:
         common = 0

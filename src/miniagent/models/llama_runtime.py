@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from .llama_params import AmxChoice, LlamaLog, choose_amx, context_params, model
 from .vocabulary import Vocabulary
 
 MAX_SEQUENCES = 16  # option scoring uses sequences 1..15; 0 is the conversation
+KEEPER = MAX_SEQUENCES  # one more: holds the conversation's cells while sequence 0 does other work (aside)
 
 
 def default_model_path() -> str:
@@ -149,7 +150,7 @@ class KVRuntime:
         self._internals = internals
         weights = weights or load_weights(model_path, amx)
         path, self.amx, self.model, self.weight_buffers = weights.path, weights.amx, weights.model, weights.buffers
-        params = context_params(n_ctx=n_ctx, n_batch=512, n_seq_max=MAX_SEQUENCES, n_threads=n_threads)
+        params = context_params(n_ctx=n_ctx, n_batch=512, n_seq_max=KEEPER + 1, n_threads=n_threads)
         self.ctx = internals.LlamaContext(model=self.model, params=params, verbose=False)
         self.memory = self.ctx.memory
         self.n_ctx = n_ctx
@@ -175,6 +176,20 @@ class KVRuntime:
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise ModelTimeout("the model ran out of time between two decodes")
+
+    @contextlib.contextmanager
+    def aside(self) -> Iterator[None]:
+        """For the block, sequence 0 may evaluate something else (a first run's priors); afterwards it holds the
+        very cells it held, as in a run that read the priors from disk: nothing evaluated again, no other bits."""
+        kept, n = (list(self.tokens), dict(self._next_logits)), len(self.tokens)
+        self._lib.llama_memory_seq_cp(self.memory, 0, KEEPER, 0, n)
+        try:
+            yield
+        finally:
+            self._lib.llama_memory_seq_rm(self.memory, 0, -1, -1)
+            self._lib.llama_memory_seq_cp(self.memory, KEEPER, 0, 0, n)
+            self._lib.llama_memory_seq_rm(self.memory, KEEPER, -1, -1)
+            self.tokens, self._next_logits = kept
 
     # --- the KV cache ----------------------------------------------------------
     def rollback(self, length: int) -> None:
@@ -331,11 +346,8 @@ class KVRuntime:
         The KV cells of a fixed prefix depend only on the model file and the
         tokens, so they are saved once and loaded at the next start instead
         of evaluated again (what llama.cpp calls a prompt cache).  Returns True
-        when it came from disk.
-
-        Evaluated here, the prefix is then put back as a load puts it: which KV cells hold it decides the
-        last bits of every later logit, and a run with a cold cache answered 2 of the 46 unseen questions
-        otherwise than a run with a warm one (grounding off).
+        when it came from disk.  Evaluated here, it is then put back where a load
+        puts it: its cells decide the last bits of later logits (a cold cache once changed 2 of 46 answers).
         """
         path = None
         if cache_dir is not None:

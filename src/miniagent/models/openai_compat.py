@@ -32,6 +32,7 @@ is ``model_failed``, naming the model server (:mod:`.openai_server` says how).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -110,6 +111,10 @@ class ServerRuntime:
 
     def rollback(self, length: int) -> None:
         del self.tokens[length:]
+
+    def aside(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to keep here: what the model has evaluated is the server's."""
+        return contextlib.nullcontext()
 
     def prime(self, prefix: list[int], cache_dir: Path | None) -> bool:
         """Warm the server up: the header goes into its prompt cache before any run starts."""

@@ -23,7 +23,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, ContextManager, Protocol
 
 import numpy as np
 
@@ -55,6 +55,8 @@ class Runtime(Protocol):
     priors_tag: str  # what besides the model file and the prompt decides the priors (a server's name and model)
 
     def prime(self, prefix: list[int], cache_dir: Path | None) -> bool: ...
+
+    def aside(self) -> ContextManager[None]: ...  # work that leaves the conversation's evaluation as it was
 
     def sync(self, prompt: list[int]) -> object: ...
 
@@ -175,8 +177,9 @@ class ScoredDecoder:
             action_so_far = prefix[prefix.rindex(NEXT_ACTION):]
             neutral = render([Entry("question", CONTENT_FREE_QUESTION)]) + action_so_far
             neutral = _neutralise(neutral)
-            self._calibration[key] = self.rt.score(self.tokens(neutral),
-                                                   [self.vocab.tokenize(o + close) for o in every])
+            with self.rt.aside():  # the conversation's cells stay those of a run that read the priors from disk
+                self._calibration[key] = self.rt.score(self.tokens(neutral),
+                                                       [self.vocab.tokenize(o + close) for o in every])
             self._save_priors()
         return self._calibration[key][[every.index(o) for o in options]]
 
