@@ -1,11 +1,9 @@
 """A thin runtime over llama.cpp that keeps one KV cache across turns.
 
-Why not ``Llama.create_completion``?  We need three things it does not give
-together: (1) a turn evaluates only the tokens that are new since the last
-turn (the KV cache holds the rest), (2) scoring N enum options costs one
-batched decode of the options' own tokens, each option in its own sequence
-sharing the prompt's KV cells, and (3) grammar-constrained greedy decoding
-of free-text fields.  ``Llama`` still loads the model and tokenizes.
+Why not ``Llama.create_completion``?  We need three things it does not give together: (1) a turn evaluates
+only the tokens that are new since the last turn (the KV cache holds the rest), (2) scoring N enum options costs
+one batched decode of the options' own tokens, each option in its own sequence sharing the prompt's KV cells, and
+(3) grammar-constrained greedy decoding of free-text fields.  ``Llama`` still loads the model and tokenizes.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from .llama_params import AmxChoice, LlamaLog, choose_amx, context_params, model
 from .vocabulary import Vocabulary
 
 MAX_SEQUENCES = 16  # option scoring uses sequences 1..15; 0 is the conversation
-KEEPER = MAX_SEQUENCES  # one more: holds the conversation's cells while sequence 0 does other work (aside)
 
 
 def default_model_path() -> str:
@@ -150,7 +147,7 @@ class KVRuntime:
         self._internals = internals
         weights = weights or load_weights(model_path, amx)
         path, self.amx, self.model, self.weight_buffers = weights.path, weights.amx, weights.model, weights.buffers
-        params = context_params(n_ctx=n_ctx, n_batch=512, n_seq_max=KEEPER + 1, n_threads=n_threads)
+        self._params = params = context_params(n_ctx=n_ctx, n_batch=512, n_seq_max=MAX_SEQUENCES, n_threads=n_threads)
         self.ctx = internals.LlamaContext(model=self.model, params=params, verbose=False)
         self.memory = self.ctx.memory
         self.n_ctx = n_ctx
@@ -166,6 +163,7 @@ class KVRuntime:
         # time.monotonic() past which no more work starts; checked between decodes (one token,
         # one 512-token prefill chunk or one batch of options: each well under the 0.5 s grace).
         self.deadline: float | None = None
+        self._header: tuple[Path | None, list[int]] = (None, [])  # prime's: its cache file and tokens
 
     def startup_line(self, threads_why: str = "") -> str:
         """What llama.cpp was given and did, in one line (make_backend logs it once)."""
@@ -179,17 +177,19 @@ class KVRuntime:
 
     @contextlib.contextmanager
     def aside(self) -> Iterator[None]:
-        """For the block, sequence 0 may evaluate something else (a first run's priors); afterwards it holds the
-        very cells it held, as in a run that read the priors from disk: nothing evaluated again, no other bits."""
-        kept, n = (list(self.tokens), dict(self._next_logits)), len(self.tokens)
-        self._lib.llama_memory_seq_cp(self.memory, 0, KEEPER, 0, n)
+        """For the block, a context of its own holding the header alone, as a load places it: what is computed
+        there (a first run's priors) does not depend on the conversation, which goes on untouched."""
+        kept, (path, header) = (self.ctx, self.memory, self.tokens, self._next_logits), self._header
+        self.ctx = self._internals.LlamaContext(model=self.model, params=self._params, verbose=False)
+        self.memory, self.tokens, self._next_logits = self.ctx.memory, [], {}
         try:
+            if header and not (path is not None and path.is_file() and self._load_prefix(path, header)):
+                self.sync(header)
+                self._reload_prefix()
             yield
         finally:
-            self._lib.llama_memory_seq_rm(self.memory, 0, -1, -1)
-            self._lib.llama_memory_seq_cp(self.memory, KEEPER, 0, 0, n)
-            self._lib.llama_memory_seq_rm(self.memory, KEEPER, -1, -1)
-            self.tokens, self._next_logits = kept
+            self.ctx.close()
+            self.ctx, self.memory, self.tokens, self._next_logits = kept
 
     # --- the KV cache ----------------------------------------------------------
     def rollback(self, length: int) -> None:
@@ -349,11 +349,12 @@ class KVRuntime:
         when it came from disk.  Evaluated here, it is then put back where a load
         puts it: its cells decide the last bits of later logits (a cold cache once changed 2 of 46 answers).
         """
-        path = None
+        path, self._header = None, (None, list(prefix))
         if cache_dir is not None:
             key = hashlib.sha256(repr((self.model_path, os.path.getsize(self.model_path), self.n_ctx,
                                        self._lib.__version__, prefix)).encode()).hexdigest()[:24]
             path = Path(cache_dir) / f"prefix-{key}.kv"
+            self._header = (path, list(prefix))
             if path.is_file() and self._load_prefix(path, prefix):
                 return True
         self.rollback(0)
