@@ -177,7 +177,7 @@ class ScoredDecoder:
             action_so_far = prefix[prefix.rindex(NEXT_ACTION):]
             neutral = render([Entry("question", CONTENT_FREE_QUESTION)]) + action_so_far
             neutral = _neutralise(neutral)
-            with self.rt.aside():  # the conversation's cells stay those of a run that read the priors from disk
+            with self.rt.aside():  # apart from the conversation: neither depends on the other
                 self._calibration[key] = self.rt.score(self.tokens(neutral),
                                                        [self.vocab.tokenize(o + close) for o in every])
             self._save_priors()
