@@ -70,6 +70,25 @@ def every_run_keeps_its_wall_clock(monkeypatch):
     assert not overruns, "; ".join(overruns)
 
 
+def pytest_configure(config):
+    """The remembered learner as the run found it, kept by the process that runs the session (not its workers):
+    tests on two workers remember and restore throwaway learners of their own, and one's "before" can be the
+    other's learner, so the checkout's own learner is put back once, when the whole run ends."""
+    if not hasattr(config, "workerinput"):
+        remembered = ROOT / progress.CURRENT_LEARNER
+        config._remembered_learner = remembered.read_bytes() if remembered.is_file() else None
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "_remembered_learner"):
+        remembered, before = ROOT / progress.CURRENT_LEARNER, config._remembered_learner
+        if before is None:
+            remembered.unlink(missing_ok=True)
+        else:
+            remembered.parent.mkdir(parents=True, exist_ok=True)
+            remembered.write_bytes(before)
+
+
 @pytest.fixture
 def learner():
     """A throwaway learner in this checkout (the lab's tasks work on the checkout); removed afterwards,

@@ -36,3 +36,4 @@ def test_the_lab_command_tests_are_green_with_a_spanish_learner_remembered(learn
                            "not serial and not slow and not real_model and not browser",
                            *READ_THE_REMEMBERED_LEARNER], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert progress.resolve_learner(ROOT, None) == learner, "the run's tests left another learner remembered"
