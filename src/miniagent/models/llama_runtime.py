@@ -341,22 +341,20 @@ class KVRuntime:
 
     # --- prompt cache ------------------------------------------------------------
     def prime(self, prefix: list[int], cache_dir: Path | None) -> bool:
-        """Put ``prefix`` (the few-shot header) in the cache, from disk when we can.
+        """Put ``prefix`` (the few-shot header) in the cache, from disk when we can; True when it came from disk.
 
-        The KV cells of a fixed prefix depend only on the model file and the
-        tokens, so they are saved once and loaded at the next start instead
-        of evaluated again (what llama.cpp calls a prompt cache).  Returns True
-        when it came from disk.  Evaluated here, it is then put back where a load
-        puts it: its cells decide the last bits of later logits (a cold cache once changed 2 of 46 answers).
+        Its cells depend only on the model file and the tokens, so they are saved once and loaded at the next
+        start (a prompt cache). Evaluated here, they are then placed where a load places them: where they lie
+        decides the last bits of later logits (the maintainers page, "Every CPU").
         """
-        path, self._header = None, (None, list(prefix))
+        path = None
         if cache_dir is not None:
             key = hashlib.sha256(repr((self.model_path, os.path.getsize(self.model_path), self.n_ctx,
                                        self._lib.__version__, prefix)).encode()).hexdigest()[:24]
             path = Path(cache_dir) / f"prefix-{key}.kv"
-            self._header = (path, list(prefix))
-            if path.is_file() and self._load_prefix(path, prefix):
-                return True
+        self._header = (path, list(prefix))  # what aside() gives its own context
+        if path is not None and path.is_file() and self._load_prefix(path, prefix):
+            return True
         self.rollback(0)
         self.sync(prefix)
         if path is not None:
