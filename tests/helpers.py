@@ -15,7 +15,8 @@ import psutil
 
 from miniagent.models.scripted import ScriptedBackend
 from miniagent.agent.config import TutorConfig
-from miniagent.tools.conjugation import PERSONS, PRONOUNS, TENSES, ConjugationError, conjugate, preload, subject_for
+from miniagent.tools.conjugation import PERSONS, PRONOUNS, TENSES, preload
+from miniagent.tools.server import ToolInputError, conjugate_text
 from miniagent.agent.errors import ToolError, ToolTimeout
 
 # llama.cpp threads for a model a test runs in its own process. In invoke test's parallel pass another worker keeps
@@ -54,10 +55,9 @@ class FakeTools:
         if tool == "list_tenses":
             return f"Tenses: {', '.join(TENSES)}. Persons: {', '.join(PERSONS)} ({', '.join(PRONOUNS)})."
         try:
-            phrase = conjugate(args["verb"], args["tense"], args["person"])
-        except ConjugationError as err:
+            return conjugate_text(args["verb"], args["tense"], args["person"])  # the server's own words
+        except ToolInputError as err:
             raise ToolError(str(err)) from None
-        return f"{subject_for(args['person'])} {phrase}"
 
 
 def scripted(behaviour: str) -> ScriptedBackend:

@@ -28,7 +28,7 @@ from miniagent.tools.mcp_client import MCPClient
 VALUES = {
     "max_input_chars": 321, "max_turns": 5, "max_tool_calls": 3, "calls_per_plan_step": 2, "max_plan_tool_calls": 7,
     "max_consecutive_failures": 2, "max_format_errors": 5, "max_repeats": 6, "final_answer_round": False,
-    "ground_arguments": False,
+    "ground_arguments": False, "decline_out_of_grammar": False,
     "remaining_budget_notice": True, "wall_clock_s": 12.5, "tool_timeout_s": 1.25, "max_auto_continues": 1,
     "max_run_tokens": 12345, "llm": "scripted:planner", "model": "/some/model.gguf", "decode": "greedy",
     "max_action_tokens": 40, "cache_dir": "/some/cache", "n_ctx": 1024, "n_threads": 3, "llama_amx": "off",
@@ -100,7 +100,7 @@ def reached(name: str, seen: dict):
         "calls_per_plan_step": lambda: tutor.call_cap.per_step, "max_plan_tool_calls": lambda: tutor.call_cap.ceiling,
         "max_consecutive_failures": lambda: tutor.breaker.threshold,
         "max_format_errors": lambda: tutor.format_breaker.threshold, "max_repeats": lambda: tutor.stuck.repeats,
-        "ground_arguments": lambda: tutor.grounding.enabled,
+        "ground_arguments": lambda: tutor.grounding.enabled, "decline_out_of_grammar": lambda: tutor.scope.enabled,
         "wall_clock_s": lambda: tutor.clock.limit_s, "max_run_tokens": lambda: tutor.tokens.max_tokens,
         "model_wall_clock_s": lambda: tutor.model.limit_s,
         # read by the loop from its own config at the moment they matter

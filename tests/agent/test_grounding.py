@@ -54,7 +54,8 @@ def test_the_tense_is_the_one_whose_words_the_question_holds(question, tenses):
     ("For 'they', what's the present simple of finish?", ("finish",)),  # only a pronoun is quoted
     ("How do I say 'it rings' in the past?", ("rings", "ring")),  # a quoted form and what it may come from
     ("Which form does bring take in the past for I?", ("bring", "take")),  # the decoder weighs them
-    ("What is the past of do for you?", ()),  # "do" unquoted is a word of the request: the model chooses
+    ("What is the past of do for you?", ("do",)),  # a word of the request, but "of" points at it
+    ("Do you know the past of go for she?", ("know", "go")),  # "do" neither quoted nor pointed at: the request's
     ("What is the past of 'do' for you?", ("do",)),
 ])
 def test_the_verb_is_a_word_of_the_question(question, verbs):
@@ -167,7 +168,7 @@ def test_an_error_clears_the_answer_a_result_offered_and_every_proposal_is_kept(
 
 def test_a_proposal_does_not_ground_a_question_that_named_no_verb():
     guard = ArgumentGrounding(enabled=True)
-    guard.start("What is the past simple of do for she?")  # "do" unquoted is a word of the request: no verb named
+    guard.start("Can you give the past simple for she?")  # "do" unquoted is a word of the request: no verb named
     guard.saw_error("error: 'went' is the past of 'go'; give the base form 'go'.")
     assert guard.for_turn().verbs == ()
 

@@ -196,7 +196,8 @@ def test_stuck_detector_ends_two_calls_taking_turns():
 
 def test_stuck_detector_lets_the_breaker_act_first():
     # three identical failures force a discovery; the fourth is where the run is stuck
-    outcome, trace = run("stubborn", "What is the past simple of lovingly for she?", max_turns=30, max_tool_calls=30)
+    outcome, trace = run("stubborn", "What is the past simple of lovingly for she?", max_turns=30, max_tool_calls=30,
+                         decline_out_of_grammar=False)  # on, 'lovingly' refused would end the run at once
     assert outcome.stats.tool_calls["list_tenses"] == 1
     assert outcome.stop_reason == "stuck" and outcome.stats.tool_errors == 4
 
@@ -339,7 +340,8 @@ def test_a_dead_server_is_reported_as_a_server_failure():
 
 
 def test_fallback_says_what_was_tried_and_what_to_do():
-    outcome, _ = run("clumsy", ADVERSARIAL, max_turns=2, max_tool_calls=4)
+    # the out-of-grammar guard would decline the dreaming tense at once: off, the caps are what end the run
+    outcome, _ = run("clumsy", ADVERSARIAL, max_turns=2, max_tool_calls=4, decline_out_of_grammar=False)
     assert outcome.stop_reason == "max_turns"
     assert outcome.answer, "the fallback must never be empty"
     assert "stop_reason: max_turns" in outcome.answer
@@ -395,7 +397,7 @@ def test_the_model_is_told_each_turn_whether_it_may_answer():
     assert model.may_answer == [False, True]
     model = RecordingModel("knowall")
     outcome = grammar_tutor("What is the past simple of lovingly for she?", model=model, tools=FakeTools(),
-                            config=config(max_turns=3, final_answer_round=False))
+                            config=config(max_turns=3, final_answer_round=False, decline_out_of_grammar=False))
     assert model.may_answer == [False, False, False]
     assert outcome.stats.tool_calls["conjugate"] == 3, "every turn called the tool: no answer refused"
 

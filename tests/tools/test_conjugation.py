@@ -476,7 +476,8 @@ def test_the_length_limits_are_inclusive():
 
     too_long = f"The verb is too long (max {MAX_VERB_LEN} letters); give one word like 'go'."
     # exactly at each limit: judged as a word (here: not in the lexicon), not refused for its length
-    assert refusal("z" * MAX_VERB_LEN) == f"'{'z' * MAX_VERB_LEN}' is not an English verb (it is not in the verb lexicon)."
+    assert refusal("z" * MAX_VERB_LEN) == (f"'{'z' * MAX_VERB_LEN}' is not an English verb I know "
+                                           "(it is not in the verb lexicon).")
     assert refusal("z" * (MAX_VERB_LEN + 1)) == too_long
     spaced = "go" + " " * (_MAX_RAW_LEN - 2)  # spaces count towards the raw limit, not the word's
     assert validate_verb(spaced) == "go" and len(spaced) == _MAX_RAW_LEN

@@ -45,7 +45,8 @@ def test_an_unknown_person_is_refused_listing_every_person_and_pronoun(refuse, p
     with pytest.raises(ConjugationError) as refused:
         refuse(person)
     assert str(refused.value) == (f"Unknown person {shown}. Valid persons: {', '.join(PERSONS)}; "
-                                  f"or a pronoun: {', '.join(PRONOUNS)}.")
+                                  f"or a pronoun: {', '.join(PRONOUNS)}; or a subject such as 'the cat', "
+                                  "'my sisters', 'John'.")
 
 
 def test_the_data_files_are_read_as_tab_separated_rows_under_their_header():
@@ -91,7 +92,7 @@ def test_the_irregular_verbs_are_plain_words_whose_past_or_participle_is_not_reg
     ("beware", "'beware' has no past or -ing forms, so it has no full conjugation."),
     ("wont", "'wont' is not a verb (it is a noun or an adjective)."),
     ("quickly", "'quickly' is not a verb (it is an adverb)."),
-    ("quoth", "'quoth' is not an English verb (it is not in the verb lexicon)."),
+    ("quoth", "'quoth' is not an English verb I know (it is not in the verb lexicon)."),
 ])
 def test_a_word_that_is_not_a_base_form_is_refused_saying_what_it_is(word, says):
     assert cj._what_it_is(word) == says

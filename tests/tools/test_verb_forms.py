@@ -163,7 +163,7 @@ def test_the_engine_says_one_spelling_and_the_lexicon_lists_the_other(verb, stem
     [
         ("went", "'went' is the past of 'go'; give the base form 'go'."),
         ("goes", "'goes' is the he/she/it form of 'go'; give the base form 'go'."),
-        ("asdfgh", "'asdfgh' is not an English verb (it is not in the verb lexicon)."),
+        ("asdfgh", "'asdfgh' is not an English verb I know (it is not in the verb lexicon)."),
         ("would", "'would' is not a verb (it is a modal verb, which has no full conjugation)."),
         ("quickly", "'quickly' is not a verb (it is an adverb)."),
     ],

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .grammar import TENSES
+from .grammar import TENSES, is_subject_phrase
 from .errors import Recoverable
 from .grounding import Grounds
 
@@ -137,8 +137,8 @@ def _parse_conjugate(data: dict, first_turn: bool) -> Action:
         raise InvalidAction("verb must be one lowercase word")
     if tense not in TENSES:
         raise InvalidAction(f"tense must be one of: {', '.join(TENSES)}")
-    if person not in PERSON_CHOICES:
-        raise InvalidAction(f"person must be one of: {', '.join(PERSON_CHOICES)}")
+    if person not in PERSON_CHOICES and not (isinstance(person, str) and is_subject_phrase(person)):
+        raise InvalidAction(f"person must be one of: {', '.join(PERSON_CHOICES)}; or the question's subject")
     steps = data.get("steps")
     if steps is not None and (not isinstance(steps, int) or not 1 <= steps <= MAX_PLAN_STEPS):
         raise InvalidAction(f"steps must be an integer from 1 to {MAX_PLAN_STEPS}")

@@ -45,6 +45,10 @@ class TutorConfig:
     # Argument grounding: where the question names the person, the tense or the verb, the model may only choose
     # what it names, and after a conjugate result its answer is that result (agent/grounding.py; break 15).
     ground_arguments: bool = True
+    # Out of the grammar: a question about a tense it lacks, or a word the tool refuses as no verb it knows, ends
+    # with the stop reason out_of_grammar and says why, instead of a form the model was made to choose
+    # (agent/scope.py; break 16).
+    decline_out_of_grammar: bool = True
     # Experiment (off): end every observation with the turns left, as smolagents and LangGraph's RemainingSteps
     # tell their models. docs/labs/04 measures what it changes for this model.
     remaining_budget_notice: bool = False

@@ -72,6 +72,17 @@ class StuckLoop(CapHit):
     stop_reason = "stuck"
 
 
+class OutOfGrammar(Terminal):
+    """The question asks for what the grammar does not have: a tense it lacks, a word that is no verb it knows.
+    ``reason`` says so in the words the user reads (the tool's own, for a verb)."""
+
+    stop_reason = "out_of_grammar"
+
+    def __init__(self, kind: str, word: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind, self.word, self.reason = kind, word, reason  # kind: "tense" or "verb"
+
+
 class InvalidInput(Terminal):
     """The question is empty or too long to be a question: refused before any model call."""
 

@@ -40,3 +40,30 @@ PRONOUNS: dict[str, str] = {
     "you (plural)": "2nd plural",
     "they": "3rd plural",
 }
+
+# Modals have no -ing form or participle, so they cannot fill the 12 tenses.
+MODALS = frozenset("can could may might must shall should will would ought".split())
+
+# Words that open a subject that is no pronoun: "the cat", "my sisters", "these books".
+DETERMINERS = frozenset("the a an my your his her its our their this that these those some no any all each every "
+                        "another both many several few".split())
+SUBJECT_PRONOUNS = frozenset("i me you he him she her it we us they them".split())
+MAX_SUBJECT_WORDS = 6
+
+
+def is_subject_phrase(text: str) -> bool:
+    """A subject that is no pronoun, by its shape: a determiner and a noun ("the cat"), a name ("John"), or
+    several joined by "and" ("Maria and I"). The conjugation tool decides its person."""
+    said = text.split()
+    if not 1 <= len(said) <= MAX_SUBJECT_WORDS or not all(w.replace("'", "").replace("-", "").isalpha() for w in said):
+        return False
+    parts = " ".join(said).replace(" And ", " and ").split(" and ")
+    if len(parts) > 1:
+        return all(p.lower() in SUBJECT_PRONOUNS or _one_subject(p.split()) for p in parts)
+    return _one_subject(said)
+
+
+def _one_subject(said: list[str]) -> bool:
+    if said[0].lower() in DETERMINERS:
+        return len(said) >= 2
+    return all(w[0].isupper() for w in said) and said[0].lower() not in SUBJECT_PRONOUNS

@@ -4,11 +4,13 @@ A schema says what a call may look like; it cannot say which call the user asked
 "for I" may still pick "it"; the call then answers another question, or fails, and the model tends to repeat it.
 So where the question itself decides an argument, the decoder is offered only what the question names:
 
-* the person: the one pronoun the question names, in any case ("I", "me", "my"; a few Spanish ones), or, when
-  it names several, the one right after "for" or "with" ("para", "con");
+* the person: a subject that is no pronoun, as written after "for" or "with" ("for my sisters", "for John");
+  else the one pronoun the question names, in any case ("I", "me", "my"; a few Spanish ones), or, when it
+  names several, the one right after "for" or "with" ("para", "con");
 * the tense: the one tense whose words the question holds ("past" is the past simple, "simple past", "past
   perfect progressive", "pasado perfecto"); of nested matches the longest;
-* the verb: a word of the question (its quoted words, if it quotes any), or a base form a tool error proposed;
+* the verb: a word of the question (its quoted words, if it quotes any; a word of the request or a modal only
+  where it is the one asked about: "of must", "the verb do"), or a base form a tool error proposed;
 * the answer, after a successful conjugate result: that result, whole. The model still decides *whether* to
   answer, or to call again.
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .grammar import TENSES
+from .grammar import TENSES, is_subject_phrase
 
 # Every case of each pronoun, and the Spanish subject pronouns learners write ("para yo", "con ella").
 PERSON_WORDS: dict[str, str] = {
@@ -67,6 +69,14 @@ VERB_RE = re.compile(r"^[a-z]{1,24}$")  # the schema's own pattern for a verb
 _WORD_RE = re.compile(r"[^\W\d_]+(?:'[a-z]+)?", re.UNICODE)
 # A quoted stretch: straight quotes only where they are not an apostrophe inside a word ("What's").
 _QUOTED_RE = re.compile(r"(?<![^\W\d_])['\"]([^'\"]{1,40})['\"](?![^\W\d_])|[‘“«]([^’”»]{1,40})[’”»]", re.UNICODE)
+# The words after which a word is the verb asked about ("the past of must", "the verb do"), even a modal or a word
+# of the request; an article there is not ("of the verb go").
+_ASKS_ABOUT = frozenset({"of", "verb", "conjugate", "de", "verbo", "conjuga"})
+_NEVER_ASKED = frozenset({"a", "an", "the", "verb", "verbo", "el", "la", "los", "las", "un", "una"})
+# Where a subject after "for" ends: "for the cat in the past simple", "for my sisters, please".
+_SUBJECT_ENDS = frozenset({"in", "of", "on", "at", "using", "please", "en", "de", "por"})
+# Words that name the slot, not who fills it: "for the subject 'you'", "for the third person".
+_SLOT_WORDS = frozenset({"subject", "person", "pronoun", "verb", "tense", "form", "sujeto", "persona", "verbo"})
 _PROPOSED_RE = re.compile(r"give the base form ((?:'[^']+'(?: or )?)+)")
 
 
@@ -105,8 +115,29 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD_RE.findall(text)]
 
 
+def subject_named(question: str) -> str:
+    """The subject after the last "for"/"with" when it is no pronoun ("the cat", "Maria and I"), as written; else ""."""
+    tokens = re.findall(r"[^\W\d_]+(?:'[A-Za-z]+)?|[^\w\s]", question)
+    starts = [i for i, t in enumerate(tokens) if t.lower() in FOR_WORDS]
+    if not starts:
+        return ""
+    phrase: list[str] = []
+    for token in tokens[starts[-1] + 1:]:
+        if not token[0].isalpha() or token.lower() in _SUBJECT_ENDS or token.lower() in TENSE_WORDS:
+            break
+        phrase.append(token)
+    text = " ".join(phrase)
+    if text.lower() in PERSON_WORDS or _SLOT_WORDS & set(words(text)):
+        return ""
+    return text if is_subject_phrase(text) else ""
+
+
 def persons_named(question: str) -> tuple[str, ...]:
-    """The person(s) the question names: one pronoun, the one after "for"/"with", or a grammar-book label."""
+    """The person(s) the question names: a subject that is no pronoun, one pronoun, the one after "for"/"with",
+    or a grammar-book label."""
+    subject = subject_named(question)
+    if subject:
+        return (subject,)
     said = words(question)
     after = {PERSON_WORDS[w] for before, w in zip(said, said[1:]) if before in FOR_WORDS and w in PERSON_WORDS}
     if len(after) == 1:
@@ -134,8 +165,12 @@ def verbs_named(question: str) -> tuple[str, ...]:
     """The words of the question that may be its verb: the quoted ones if it quotes any ("'to weave'", "'we
     carry'"), else all its words; never a pronoun or a tense word, and unquoted never a word of the request."""
     quoted = [w for q in _quoted(question) for w in words(re.sub(r"^\s*to\s+", "", q.lower()))]
+    subject = set(words(subject_named(question)))
+    said = words(question)
+    asked = [(w, before in _ASKS_ABOUT and w not in _NEVER_ASKED) for before, w in zip(["", *said], said)
+             if w not in subject]
     chosen: list[str] = []
-    for word, is_quoted in [(w, True) for w in quoted] or [(w, False) for w in words(question)]:
+    for word, is_quoted in [(w, True) for w in quoted] or asked:
         if not _may_be_verb(word, quoted=is_quoted):  # a pronoun or a tense word, and what its endings leave
             continue
         for candidate in (word, *(_stems(word) if is_quoted else ())):
@@ -162,6 +197,8 @@ def _quoted(question: str) -> list[str]:
 
 
 def _may_be_verb(word: str, *, quoted: bool) -> bool:
+    """``quoted``: the question points at the word (quotes, or "of" before a modal), so the request's own words
+    may be it."""
     if word in PERSON_WORDS or word in TENSE_WORDS:
         return False
     return quoted or word not in NOT_VERBS

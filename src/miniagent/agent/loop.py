@@ -18,12 +18,12 @@ from typing import Callable
 from .actions import Action, InvalidAction, parse_action
 from .ports import Backend, Entry, ModelReply, Tools
 from .config import TutorConfig
-from .errors import (CallBudgetExhausted, Cancelled, InvalidInput, ModelFailed, ModelTimeout, Recoverable, ServerFailed,
-                     StuckLoop, Terminal, ToolCallCapHit, TurnCapHit, WallClockExceeded)
+from .errors import (CallBudgetExhausted, Cancelled, InvalidInput, ModelFailed, ModelTimeout, OutOfGrammar, Recoverable,
+                     ServerFailed, StuckLoop, Terminal, ToolCallCapHit, TurnCapHit, WallClockExceeded)
 from .grounding import ArgumentGrounding
 from .guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, ModelClock, StuckDetector,
-                     TokenBudget,
-                     ToolCallCap, TurnCap, WallClock)
+                     TokenBudget, ToolCallCap, TurnCap, WallClock)
+from .scope import GrammarScope
 from .trace import Trace
 
 log = logging.getLogger("miniagent")
@@ -99,6 +99,7 @@ class GrammarTutor:
         self.tokens = TokenBudget(config.max_run_tokens)
         self.cancelled = CancelCheck(cancel)
         self.grounding = ArgumentGrounding(config.ground_arguments)
+        self.scope = GrammarScope(config.decline_out_of_grammar)
 
     def run(self, question: str) -> Outcome:
         self.trace.emit("run_start", question=question, llm=getattr(self.model, "name", "?"),
@@ -107,6 +108,7 @@ class GrammarTutor:
         self.grounding.start(question)
         try:
             check_input(question, self.config.max_input_chars)
+            self.scope.start(question)  # a tense the grammar lacks: "no" before any model call
             while True:
                 answer = self.step()
                 if answer is not None:
@@ -115,6 +117,9 @@ class GrammarTutor:
             return self.finish(server_failure_text(failure, self.stats), "server_failed")
         except ModelFailed as failure:
             return self.finish(model_failure_text(failure, self.stats), "model_failed")
+        except OutOfGrammar as no:  # the honest "no": what the grammar lacks, never a form it made up
+            self.trace.emit("guard", name=no.stop_reason, kind=no.kind, word=no.word)
+            return self.finish(no.reason, no.stop_reason)
         except Terminal as stop:
             self.trace.emit("guard", name=stop.stop_reason, detail=str(stop))
             final = self.final_round(stop)
@@ -212,6 +217,7 @@ class GrammarTutor:
             observation = f"error: {err}"
             self.stuck.record(key, observation)  # before the breaker's discovery, which is not the tool's answer
             self.grounding.saw_error(observation)
+            self.scope.saw_error(action.args.get("verb"), str(err))  # no verb the question could mean: "no"
             if self.breaker.record(ok=False):
                 self.trace.emit("guard", name="failure_breaker", after=self.config.max_consecutive_failures)
                 observation += "\n" + self.discover()
@@ -329,6 +335,8 @@ def summary_line(stop_reason: str, stats: Stats) -> str:
     """One log line per run: converged, or which limit was hit."""
     if stop_reason == "answered":
         return f"converged at {stats.turns} turns"
+    if stop_reason == OutOfGrammar.stop_reason:
+        return f"declined at {stats.turns} turns: the question is outside the grammar"
     counts = ", ".join(f"{t} x{n}" for t, n in sorted(stats.tool_calls.items())) or "no tool calls"
     last = f", last error: {stats.last_tool_error}" if stats.last_tool_error else ""
     caps = {"max_turns", "max_tool_calls", "call_budget", "wall_clock", "auto_continue_limit", "token_budget",

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import re
 
-from ..agent.grammar import PERSONS, PRONOUNS, TENSES
+from ..agent.grammar import MODALS, PERSONS, PRONOUNS, TENSES
 from .lexicon import PARTICLES, TAGS, irregular_verbs, library, preload, stems_of
+from .subjects import person_of_subject
 
 __all__ = [
     "TENSES",
@@ -32,6 +33,7 @@ __all__ = [
     "validate_verb",
     "conjugate",
     "subject_for",
+    "modal_stand_in",
     "irregular_verbs",
     "preload",
 ]
@@ -107,7 +109,7 @@ def _pronoun_key(person: str) -> str | None:
 
 
 def normalize_person(person: str) -> str:
-    """Map a label ("3rd person singular", "third singular") or pronoun to PERSONS."""
+    """Map a label ("3rd person singular", "third singular"), a pronoun or a subject ("my sisters") to PERSONS."""
     if isinstance(person, str) and len(person) <= _MAX_RAW_LEN:
         pronoun = _pronoun_key(person)
         if pronoun:
@@ -115,20 +117,25 @@ def normalize_person(person: str) -> str:
         words = [w for w in _words(person) if w != "person"]
         if len(words) == 2 and words[0] in _ORDINALS and words[1] in _NUMBERS:
             return f"{_ORDINALS[words[0]]} {_NUMBERS[words[1]]}"
+        label = person_of_subject(person)
+        if label:
+            return label
     shown = _show(person) if isinstance(person, str) else f"<{type(person).__name__}>"
     raise ConjugationError(
         f"Unknown person {shown}. Valid persons: {', '.join(PERSONS)}; "
-        f"or a pronoun: {', '.join(PRONOUNS)}."
+        f"or a pronoun: {', '.join(PRONOUNS)}; or a subject such as 'the cat', 'my sisters', 'John'."
     )
 
 
 def subject_for(person: str) -> str:
-    """The subject pronoun to print before the verb phrase."""
+    """The subject to print before the verb phrase: the pronoun, or the subject as given ("my sisters")."""
     short = isinstance(person, str) and len(person) <= _MAX_RAW_LEN
     pronoun = _pronoun_key(person) if short else None
     if pronoun:
         # "I" keeps its capital; "you (plural)" is still just "you" in a sentence.
         return "you" if pronoun == "you (plural)" else pronoun
+    if short and person_of_subject(person):
+        return " ".join(person.split())
     return _DEFAULT_SUBJECT[normalize_person(person)]
 
 
@@ -138,9 +145,6 @@ def subject_for(person: str) -> str:
 
 _WORD_RE = re.compile(r"[a-z]+(?:-[a-z]+)*(?: [a-z]+)*")  # only ever run on <= 30 chars
 
-# Modals have no -ing form or participle, so they can't fill 12 tenses.  Checked
-# before the lexicon, which also lists 'can' (put in cans) and 'will' (bequeath).
-_MODALS = frozenset("can could may might must shall should will would ought".split())
 
 # Closed-class words that are never verbs, with the reason shown to the user.
 # Checked after the lexicon: a word it knows as a verb (mine, up, still) is one.
@@ -205,12 +209,29 @@ def _what_it_is(word: str, particles: str = "") -> str:
     kinds = [_POS_NAMES[pos] for pos in _POS_NAMES if pos in lemmas]
     if kinds:
         return f"{word!r} is not a verb (it is {' or '.join(kinds)})."
-    return f"{word!r} is not an English verb (it is not in the verb lexicon)."
+    return f"{word!r} is not an English verb I know (it is not in the verb lexicon)."
+
+
+# The usual stand-in for a modal in the tenses it lacks: "must" -> "have to" (he has had to).
+_MODAL_STAND_INS = {"can": "be able to", "could": "be able to", "must": "have to", "may": "be allowed to",
+                    "might": "be allowed to"}
+
+
+def modal_stand_in(verb: str, tense: str, person: str) -> str:
+    """For a modal that has a usual stand-in, a sentence giving it in the tense asked for; else ""."""
+    word = verb.strip().lower() if isinstance(verb, str) else ""
+    if word not in _MODAL_STAND_INS:
+        return ""
+    head, _, rest = _MODAL_STAND_INS[word].partition(" ")
+    if head == "be" and "continuous" in normalize_tense(tense):  # "we were being able to" is no English
+        return f"In its place English uses {_MODAL_STAND_INS[word]!r}, in the simple and perfect tenses."
+    phrase = f"{subject_for(person)} {conjugate(head, tense, person)} {rest}"
+    return f"In its place English uses {_MODAL_STAND_INS[word]!r}: {phrase}."
 
 
 def _check_word(word: str, particles: str = "") -> None:
     """Raise unless ``word`` (one word, letters and hyphens) is a verb's base form."""
-    if word in _MODALS:
+    if word in MODALS:  # before the lexicon, which also lists 'can' (put in cans) and 'will' (bequeath)
         raise ConjugationError(f"{word!r} is not a verb (it is a modal verb, which has no full conjugation).")
     if stems_of(word) is None:
         raise ConjugationError(_what_it_is(word, particles))

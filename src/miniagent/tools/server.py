@@ -7,7 +7,8 @@ exactly as it would to any third-party server.
 
 Tools:
 
-* ``conjugate(verb, tense, person)`` -> ``"she has seen"`` (subject + verb phrase)
+* ``conjugate(verb, tense, person)`` -> ``"she has seen"`` (subject + verb phrase); the person may be a
+  subject ("my sisters" -> ``"my sisters have seen"``)
 * ``list_tenses()`` -> the valid tenses, persons and pronouns, as short text
 
 Every bad argument (unknown tense, non-verb, empty, huge, wrong type, an
@@ -78,7 +79,8 @@ def _tense_hint() -> str:
 def _person_hint() -> str:
     from .conjugation import PERSONS, PRONOUNS
 
-    return "Valid persons: " + ", ".join(PERSONS) + "; or a pronoun: " + ", ".join(PRONOUNS) + "."
+    return ("Valid persons: " + ", ".join(PERSONS) + "; or a pronoun: " + ", ".join(PRONOUNS)
+            + "; or a subject such as 'the cat', 'my sisters', 'John'.")
 
 
 def _hint_for(name: str) -> str:
@@ -135,7 +137,8 @@ def conjugate_text(verb: Any, tense: Any, person: Any) -> str:
         try:
             check(value)
         except cj.ConjugationError as exc:
-            raise ToolInputError(_with_hint(str(exc), name)) from None
+            stand_in = cj.modal_stand_in(value, tense_s, person_s) if name == "verb" else ""
+            raise ToolInputError(f"{exc} {stand_in}" if stand_in else _with_hint(str(exc), name)) from None
     try:
         phrase = cj.conjugate(verb_s, tense_s, person_s)
         return f"{cj.subject_for(person_s)} {phrase}"
@@ -187,7 +190,8 @@ CONJUGATE_SCHEMA: dict[str, Any] = {
     "properties": {
         "verb": {**_STRING, "description": "English verb in its base form, e.g. 'see', or a phrasal verb, e.g. 'give up'."},
         "tense": {**_STRING, "description": "A tense name, e.g. 'present perfect'. See list_tenses."},
-        "person": {**_STRING, "description": "A person ('3rd singular') or a pronoun ('she'). See list_tenses."},
+        "person": {**_STRING, "description": "A person ('3rd singular'), a pronoun ('she') or a subject ('my sisters')."
+                   " See list_tenses."},
     },
     "required": ["verb", "tense", "person"],
     "additionalProperties": False,

@@ -1,0 +1,100 @@
+"""The grammar's scope: a question the tutor cannot answer gets a clear "no", never a made-up form.
+
+The action schema only lets the model choose among the tenses and verbs the grammar has, so a question about
+anything else would still be answered with one of them (theory 03: the mask forces a choice). This guard ends
+such a run with the stop reason ``out_of_grammar`` and says why:
+
+* a tense the grammar lacks, named in the question ("the dreaming tense", "el tiempo soñador"): before any
+  model call;
+* a word the conjugation tool refuses as no verb it knows (a modal, an adverb, a made-up word): once every
+  word of the question that may be the verb has been refused, in the tool's own words.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import OutOfGrammar
+from .grammar import TENSES
+from .grounding import TENSE_WORDS, verbs_named, words
+
+# Words before "tense" (or after "tiempo") that do not name one: "which tense", "the same tense", "tiempo verbal".
+_NOT_A_TENSE_NAME = frozenset("""
+a an the what which whose this that same each every any all one right correct proper other another given
+following its their verb verb's english wrong spanish grammatical new
+de del en el la que qué cual cuál es está verbal correcto gramatical para con y o se
+""".split())
+_ENGLISH_TENSE_RE = re.compile(r"([^\W\d_]+)[ -]tenses?\b", re.IGNORECASE | re.UNICODE)
+_SPANISH_TENSE_RE = re.compile(r"\btiempos?\s+([^\W\d_]+)", re.IGNORECASE | re.UNICODE)
+# How the tool refuses a word as a verb: "'blorf' is not an English verb I know", "'must' is not a verb (it is a
+# modal verb ...)", "'beware' has no past or -ing forms". Not "give the base form 'go'": that word has a verb.
+_REFUSAL_RE = re.compile(r"'([^']+)' (?:is not (?:a verb|an English verb)|has no past)[^.]*\.(?: In its place[^.]*\.)?")
+# Words only a Spanish question holds; two of them make the tutor say its "no" in Spanish.
+_SPANISH_WORDS = frozenset("""
+conjuga conjugar conjugación tiempo verbo cuál qué cómo dime dame para del el la en es yo tú ella él nosotros
+vosotros ellos ellas usted ustedes pasado presente futuro
+""".split())
+
+TEXTS = {
+    "en": {"tense": "I cannot answer that: there is no {word!r} tense among the ones I conjugate. "
+                    "The {n} I know: {tenses}.",
+           "verb": "I cannot answer that: {reason}"},
+    "es": {"tense": "No puedo responder a eso: no hay un tiempo {word!r} entre los que conjugo. "
+                    "Los {n} que conozco (en inglés): {tenses}.",
+           "verb": "No puedo responder a eso. La herramienta de conjugación dice: {reason}"},
+}
+
+
+def language_of(question: str) -> str:
+    """"es" for a question put in Spanish, else "en"."""
+    return "es" if len(_SPANISH_WORDS & set(words(question))) >= 2 else "en"
+
+
+def made_up_tense(question: str) -> str:
+    """The name of a tense the grammar lacks, as the question writes it ("dreaming"), or ""."""
+    for pattern in (_ENGLISH_TENSE_RE, _SPANISH_TENSE_RE):
+        for match in pattern.finditer(question):
+            word = match.group(1).lower()
+            if word not in _NOT_A_TENSE_NAME and word not in TENSE_WORDS and word not in ("tense", "tiempo"):
+                return match.group(1)
+    return ""
+
+
+def refused_verb(error: str) -> tuple[str, str]:
+    """(the word, the tool's sentence) when a tool error refuses a word as no verb it knows, else ("", "")."""
+    match = _REFUSAL_RE.search(error)
+    return (match.group(1), match.group(0)) if match else ("", "")
+
+
+class GrammarScope:
+    """The guard: raises ``OutOfGrammar`` when the question, or the tool's answers to it, fall outside the grammar.
+
+    The loop tells it the question (``start``) and each tool error (``saw_error``); off, it never raises."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.candidates: set[str] = set()
+        self.words: set[str] = set()
+        self.refused: dict[str, str] = {}
+        self.language = "en"
+
+    def start(self, question: str) -> None:
+        self.language, self.refused = language_of(question), {}
+        self.candidates = set(verbs_named(question))
+        self.words = set(words(question))
+        tense = made_up_tense(question)
+        if self.enabled and tense:
+            raise OutOfGrammar("tense", tense, self.text("tense", tense))
+
+    def saw_error(self, verb: object, error: str) -> None:
+        """A tool error for a call with ``verb``: when the tool refused it and it was the question's last
+        possible verb (or, where the question offers none, a word of it), the run ends."""
+        word, sentence = refused_verb(error)
+        if not (self.enabled and word and word == verb and word in (self.candidates or self.words)):
+            return
+        self.refused[word] = sentence
+        if self.candidates <= set(self.refused):
+            raise OutOfGrammar("verb", word, self.text("verb", word, sentence))
+
+    def text(self, kind: str, word: str, reason: str = "") -> str:
+        return TEXTS[self.language][kind].format(word=word, reason=reason, n=len(TENSES), tenses=", ".join(TENSES))
