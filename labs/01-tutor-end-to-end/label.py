@@ -24,6 +24,9 @@ def relabel(path: Path) -> tuple[str, int]:
         if not line.strip():
             continue
         row = json.loads(line)
+        if "decline" in row:  # outside the grammar: nothing to generate
+            lines.append(json.dumps(row, ensure_ascii=False))
+            continue
         label = row.get("label")
         if not label:
             raise SystemExit(f"{path}:{number}: no label")

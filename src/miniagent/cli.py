@@ -12,8 +12,12 @@ import json
 import logging
 import sys
 
-from .agent.errors import ServerFailed
+from .agent.errors import OutOfGrammar, ServerFailed
 from .settings import ConfigError, Settings, load_config, setting_fields
+
+
+# ask's exit status: 0 answered, 3 declined as outside the grammar, 1 any other stop (2: bad settings or input).
+EXIT_STATUS = {"answered": 0, OutOfGrammar.stop_reason: 3}
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -107,7 +111,7 @@ def _ask(args: argparse.Namespace, config: Settings) -> int:
         calls = ", ".join(f"{t} x{n}" for t, n in sorted(s.tool_calls.items())) or "none"
         print(f"-- stop_reason: {outcome.stop_reason} | turns: {s.turns} | tool calls: {calls} | "
               f"{s.seconds:.2f} s", file=sys.stderr)
-    return 0 if outcome.stop_reason == "answered" else 1
+    return EXIT_STATUS.get(outcome.stop_reason, 1)
 
 
 if __name__ == "__main__":

@@ -70,12 +70,14 @@ _WORD_RE = re.compile(r"[^\W\d_]+(?:'[a-z]+)?", re.UNICODE)
 # A quoted stretch: straight quotes only where they are not an apostrophe inside a word ("What's").
 _QUOTED_RE = re.compile(r"(?<![^\W\d_])['\"]([^'\"]{1,40})['\"](?![^\W\d_])|[‘“«]([^’”»]{1,40})[’”»]", re.UNICODE)
 # The words after which a word is the verb asked about ("the past of must", "the verb do"), even a modal or a word
-# of the request; an article there is not ("of the verb go").
+# of the request; an article or a preposition there is not ("of the verb go", "the verb in the past").
 _ASKS_ABOUT = frozenset({"of", "verb", "conjugate", "de", "verbo", "conjuga"})
-_NEVER_ASKED = frozenset({"a", "an", "the", "verb", "verbo", "el", "la", "los", "las", "un", "una"})
+_NEVER_ASKED = frozenset({"a", "an", "the", "verb", "verbo", "el", "la", "los", "las", "un", "una", "in", "on", "at",
+                          "for", "with", "to", "from", "by", "and", "or", "is", "en", "para", "con", "por", "y", "es"})
 # Where a subject after "for" ends: "for the cat in the past simple", "for my sisters, please".
 _SUBJECT_ENDS = frozenset({"in", "of", "on", "at", "using", "please", "en", "de", "por"})
 # Words that name the slot, not who fills it: "for the subject 'you'", "for the third person".
+_QUOTES = "'\"‘“«"
 _SLOT_WORDS = frozenset({"subject", "person", "pronoun", "verb", "tense", "form", "sujeto", "persona", "verbo"})
 _PROPOSED_RE = re.compile(r"give the base form ((?:'[^']+'(?: or )?)+)")
 
@@ -122,7 +124,8 @@ def subject_named(question: str) -> str:
     if not starts:
         return ""
     phrase: list[str] = []
-    for token in tokens[starts[-1] + 1:]:
+    after = tokens[starts[-1] + 1:]
+    for token in after[1:] if after and after[0] in _QUOTES else after:  # "para 'the birds'"
         if not token[0].isalpha() or token.lower() in _SUBJECT_ENDS or token.lower() in TENSE_WORDS:
             break
         phrase.append(token)
@@ -164,8 +167,8 @@ def tenses_named(question: str) -> tuple[str, ...]:
 def verbs_named(question: str) -> tuple[str, ...]:
     """The words of the question that may be its verb: the quoted ones if it quotes any ("'to weave'", "'we
     carry'"), else all its words; never a pronoun or a tense word, and unquoted never a word of the request."""
-    quoted = [w for q in _quoted(question) for w in words(re.sub(r"^\s*to\s+", "", q.lower()))]
     subject = set(words(subject_named(question)))
+    quoted = [w for q in _quoted(question) for w in words(re.sub(r"^\s*to\s+", "", q.lower())) if w not in subject]
     said = words(question)
     asked = [(w, before in _ASKS_ABOUT and w not in _NEVER_ASKED) for before, w in zip(["", *said], said)
              if w not in subject]

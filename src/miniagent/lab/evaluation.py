@@ -1,4 +1,4 @@
-"""Score the tutor on an eval set: JSON lines of {"question": ..., "accept": [...]}.
+"""Score the tutor on an eval set: JSON lines of {"question": ..., "accept": [...]} or {"question": ..., "decline": ...}.
 
 ``accept`` lists every answer that counts as right, subject included
 ("she has seen"); a person that allows several subjects ("third person
@@ -12,6 +12,10 @@ all wrong.
 An item may also carry ``label``, the (verb, tense, person) its ``accept``
 list was generated from with the conjugation engine (``accepted_forms``);
 the scorer itself reads only ``accept``.
+
+A question outside the grammar lists instead, under ``decline``, the word its "no" must name ("dreaming" for
+the dreaming tense): it is right only when the run ends ``out_of_grammar`` naming that word. One that ends
+``answered`` stated a made-up form as an answer, and the report counts those apart.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from ..agent.trace import Trace
 from ..settings import Settings
 
 DEFAULT_SET = Path("labs/01-tutor-end-to-end/eval.jsonl")
-_FORMAT = '{"question": "...", "accept": ["she went", ...]}'
+_FORMAT = '{"question": "...", "accept": ["she went", ...]} or {"question": "...", "decline": "<the word>"}'
+DECLINED = "out_of_grammar"
 
 
 @dataclass
@@ -36,6 +41,7 @@ class EvalItem:
     question: str
     accept: list[str]
     label: dict = field(default_factory=dict)
+    decline: str = ""  # the word a "no" must name; then ``accept`` is empty
 
 
 class EvalSetError(ValueError):
@@ -50,6 +56,11 @@ def _item(row: object) -> EvalItem:
     question, accept = row.get("question"), row.get("accept")
     if not isinstance(question, str) or not question.strip():
         raise EvalSetError('"question" must be a non-empty string')
+    if "decline" in row:
+        decline = row["decline"]
+        if not isinstance(decline, str) or not decline.strip() or set(row) != {"question", "decline"}:
+            raise EvalSetError('a declined item is {"question": ..., "decline": "<the word its no names>"}, no more')
+        return EvalItem(question, [], decline=decline.strip())
     if not isinstance(accept, list) or not accept or not all(isinstance(a, str) for a in accept):
         raise EvalSetError('"accept" must be a non-empty list of strings')
     for form in accept:
@@ -58,7 +69,7 @@ def _item(row: object) -> EvalItem:
     label = row.get("label", {})
     if not isinstance(label, dict):
         raise EvalSetError('"label" must be an object {"verb": ..., "tense": ..., "person": ...}')
-    extra = set(row) - {"question", "accept", "label"}
+    extra = set(row) - {"question", "accept", "label", "decline"}
     if extra:
         raise EvalSetError(f"unknown keys {sorted(extra)}")
     return EvalItem(question, list(accept), label)
@@ -104,6 +115,14 @@ def is_correct(answer: str, accept: list[str]) -> bool:
     return said in {_normalise(form) for form in accept}
 
 
+def is_right(item: EvalItem, answer: str, stop_reason: str) -> bool:
+    """An answer item: answered with an accepted form. A declined one: out_of_grammar, naming the word."""
+    if item.decline:
+        return stop_reason == DECLINED and f"'{item.decline.lower()}'" in answer.lower()
+    # only an answer counts: a fallback, even one holding the final round's answer, is not one
+    return stop_reason == "answered" and is_correct(answer, item.accept)
+
+
 def accepted_forms(verb: str, tense: str, person: str) -> list[str]:
     """Every right answer for (verb, tense, person), from the project's conjugation engine.
 
@@ -111,7 +130,10 @@ def accepted_forms(verb: str, tense: str, person: str) -> list[str]:
     a label accepts each pronoun it covers: he, she and it for the 3rd singular.
     """
     from ..tools.conjugation import PRONOUNS, conjugate, normalize_person, subject_for
+    from ..tools.subjects import person_of_subject
 
+    if person_of_subject(person):  # "the cat": the subject as written
+        return [f"{subject_for(person)} {conjugate(verb, tense, person)}"]
     if person in PRONOUNS:
         pronouns = [person]
     else:
@@ -147,9 +169,9 @@ def run_eval(items: list[EvalItem], settings: Settings, trace: Trace | None = No
             results.append({
                 "question": item.question,
                 "accept": item.accept,
+                "decline": item.decline,
                 "answer": outcome.answer,
-                # only an answer counts: a fallback, even one holding the final round's answer, is not one
-                "correct": outcome.stop_reason == "answered" and is_correct(outcome.answer, item.accept),
+                "correct": is_right(item, outcome.answer, outcome.stop_reason),
                 "stop_reason": outcome.stop_reason,
                 "turns": outcome.stats.turns,
                 "tool_calls": dict(outcome.stats.tool_calls),
@@ -157,10 +179,17 @@ def run_eval(items: list[EvalItem], settings: Settings, trace: Trace | None = No
             })
     latencies = [r["seconds"] for r in results]
     correct = sum(r["correct"] for r in results)
+    declines = [r for r in results if r["decline"]]
     return {
         "n": len(results),
         "correct": correct,
         "accuracy": round(correct / len(results), 4),
+        "answer_items": len(results) - len(declines),
+        "answered_right": correct - sum(r["correct"] for r in declines),
+        "decline_items": len(declines),
+        "declined_right": sum(r["correct"] for r in declines),
+        # a question outside the grammar answered with a form: the one answer a learner must never get
+        "made_up_answers": sum(r["stop_reason"] == "answered" for r in declines),
         "stop_reasons": dict(Counter(r["stop_reason"] for r in results)),
         "latency_p50_s": round(percentile(latencies, 0.5), 3),
         "latency_p95_s": round(percentile(latencies, 0.95), 3),
@@ -180,10 +209,15 @@ def print_report(report: dict) -> None:
     for column in ("#", "question", "accepted", "answer", "ok", "stop", "s"):
         table.add_column(column, overflow="fold")
     for i, r in enumerate(report["items"], 1):
-        table.add_row(str(i), r["question"], " / ".join(r["accept"]), r["answer"].splitlines()[0] if r["answer"] else "",
+        wanted = " / ".join(r["accept"]) or f"no, naming '{r['decline']}'"
+        table.add_row(str(i), r["question"], wanted, r["answer"].splitlines()[0] if r["answer"] else "",
                       "[green]yes[/]" if r["correct"] else "[red]no[/]", r["stop_reason"], f"{r['seconds']:.2f}")
     console.print(table)
     console.print(f"accuracy: {report['correct']}/{report['n']} = {report['accuracy']:.1%}")
+    if report["decline_items"]:
+        console.print(f"answered right: {report['answered_right']}/{report['answer_items']}; declined right: "
+                      f"{report['declined_right']}/{report['decline_items']}; made-up forms stated as answers: "
+                      f"{report['made_up_answers']}")
     console.print(f"stop reasons: {report['stop_reasons']}")
     console.print(f"latency p50 {report['latency_p50_s']:.2f} s, p95 {report['latency_p95_s']:.2f} s; "
                   f"start-up {report['startup_s']:.2f} s; total {report['total_s']:.1f} s")

@@ -33,6 +33,8 @@ from ..words import number, section
 ADVERSARIAL = "Could you conjugate eat tenderly in the sleepy tense?"  # a verb among words that are not grammar
 # On a modal verb every call fails, so only the caps end the run: that is the capped loop's way to its fallback.
 UNANSWERABLE = "What is the present perfect of would for you?"
+# The capped path is measured with the out-of-grammar guard off: on, it declines a modal after one tool call.
+CAPPED_PATH_ENV = {"MINIAGENT_DECLINE_OUT_OF_GRAMMAR": "false"}
 ANSWERABLE = "What is the past simple of go for she?"  # two turns: one tool call, then the answer
 # The budgets the lab promises (seconds, whole process, median): where a question is answered, and where the
 # capped path falls back, on an idle machine and with one core busy.
@@ -99,10 +101,10 @@ def _agent(argv: list[str], env: dict, timeout: float) -> subprocess.CompletedPr
     return proc
 
 
-def one_process(question: str, amx: str = "auto") -> dict:
+def one_process(question: str, amx: str = "auto", env: dict[str, str] | None = None) -> dict:
     """One fresh process, real model and real server, from its start to the end of its run: wall time, and
     CPU time of the process and its MCP server (the kernel's accounting of reaped children)."""
-    env = {**_clean_env(), "MINIAGENT_LLAMA_AMX": amx}
+    env = {**_clean_env(), "MINIAGENT_LLAMA_AMX": amx, **(env or {})}
     others, before = OtherPrograms(), resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = _agent(["ask", question, "--json"], env, timeout=120)
@@ -127,7 +129,7 @@ def start_to_end(amx_settings: list[str], loads: tuple[str, ...] = LOADS, runs: 
                 taken: dict[str, list[dict]] = {amx: [] for amx in amx_settings}
                 for _ in range(runs):
                     for amx in amx_settings:
-                        taken[amx].append(one_process(question, amx))
+                        taken[amx].append(one_process(question, amx, CAPPED_PATH_ENV if path == "fallback" else None))
                 for amx, got in taken.items():
                     walls, cpus = [g["wall_s"] for g in got], [g["cpu_s"] for g in got]
                     rows.append({"path": path, "load": load, "amx": amx, "question": question, "runs": runs,
@@ -340,7 +342,8 @@ def _print_c(console, rows: list[dict], cores: int) -> None:
                       f"{r['wall_min_s']:.2f}-{r['wall_max_s']:.2f}", f"{r['cpu_p50_s']:.2f}",
                       _or_dash(least_wall_s(r, cores), lambda x: f"{x:.2f}"), goal, f"{r['turns']}, {r['stop_reason']}")
     console.print(table)
-    console.print(f"    answer: {ANSWERABLE!r}\n    fallback: {UNANSWERABLE!r} (the capped path)\n"
+    console.print(f"    answer: {ANSWERABLE!r}\n    fallback: {UNANSWERABLE!r} (the capped path, "
+                  "decline_out_of_grammar off)\n"
                   "    busy: another program keeps one core busy; others %: CPU that other programs used meanwhile "
                   f"(100 = one core; above {BUSY_OTHERS:g} on an idle row, the machine was not idle)\n"
                   f"    CPU/free: the least wall time that CPU time could take on the {cores} cores less what other "

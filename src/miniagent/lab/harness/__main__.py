@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         json_path, svg_path = save_record(record, Path(args.out))
         print(f"saved {json_path} and {svg_path}")
-    return 0 if record.outcome in ("answer", "fallback") else 1
+    return 0 if record.outcome in ("answer", "declined", "fallback") else 1
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ class RunRecord:
 
     command: list[str]
     timeout: float
-    # answer | fallback (another stop_reason) | timeout (killed at the deadline) | crash | interrupted (Ctrl-C)
+    # answer | declined (out_of_grammar) | fallback (another stop_reason) | timeout (killed at the deadline) | crash |
+    # interrupted (Ctrl-C)
     outcome: str = "crash"
     # The signal the agent died of when the harness did not send it ("SIGSEGV"): a crash, never a slow machine.
     signal: str | None = None

@@ -53,6 +53,7 @@ from .crash import signal_name
 from .deadline import Deadline
 from .follow import Progress, TraceFollower
 from .panel import LiveView
+from ...agent.errors import OutOfGrammar
 from ...processes import load_average, stop_group, usable_cores
 from .process_tree import MachineLoad, TreeSampler, cmdline, find_survivors, kill_all, sigint_ignored
 from .record import BUSY_OTHERS, RunRecord
@@ -312,6 +313,8 @@ def _fill_outcome(record: RunRecord, progress: Progress, printed: dict[str, Any]
         record.outcome = "crash"
     elif record.stop_reason == "answered":
         record.outcome = "answer"
+    elif record.stop_reason == OutOfGrammar.stop_reason:  # an honest "no": outside the grammar
+        record.outcome = "declined"
     elif record.stop_reason:
         record.outcome = "fallback"
     else:

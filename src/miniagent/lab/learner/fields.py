@@ -12,7 +12,7 @@ from typing import Any
 # The outcome words are the harness's own (harness._fill_outcome), in both languages:
 # answer (stop reason "answered"), fallback (any other stop reason), timeout (killed at the
 # harness's time limit), crash (the process ended without reporting any stop reason).
-OUTCOMES = ("answer", "fallback", "timeout", "crash")
+OUTCOMES = ("answer", "declined", "fallback", "timeout", "crash")
 
 # The keys of a prediction block, in the order of the block, the observed block and the comparison.
 # They are identifiers, the same in both languages; the comment beside each follows the notebook's language

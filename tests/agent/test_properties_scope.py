@@ -1,0 +1,85 @@
+"""The out-of-grammar guard as a property: for any question outside the grammar, in the phrasings learners use,
+the run ends ``out_of_grammar`` within two turns, naming what the grammar lacks, and states no form as an answer.
+
+The questions are generated: a made-up tense name, or a word that is no verb (a made-up word, a noun, an
+adjective, an adverb, a modal), English and Spanish. The model keeps to the schema it is given (the first
+option of every choice), the tools are the conjugation server's own logic, in-process."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import FakeTools
+from hypothesis import assume, given, note
+from hypothesis import strategies as st
+
+from miniagent.agent.config import TutorConfig
+from miniagent.agent.grammar import MODALS, TENSES
+from miniagent.agent.grounding import TENSE_WORDS
+from miniagent.agent.loop import GrammarTutor
+from miniagent.agent.scope import refused_verb
+from miniagent.tools.conjugation import ConjugationError, validate_verb
+
+from test_properties_grounding import KeepsToTheSchema
+
+NOT_VERBS = ("kitchen", "idea", "apple", "happy", "tall", "beautiful", "quickly", "slowly", "often", "very")
+SUBJECTS = ("I", "you", "she", "we", "they", "my sisters", "the cat")
+ENGLISH = ("What is the {tense} of {verb} for {who}?", "Conjugate {verb} in the {tense} for {who}.",
+           "Give me the {tense} of '{verb}' for {who}.")
+SPANISH = ("Conjuga '{verb}' en {tense} para '{who}'.", "¿Cuál es el {tense} de '{verb}' para '{who}'?")
+SPANISH_TENSES = {"past simple": "pasado simple", "present perfect": "presente perfecto",
+                  "future simple": "futuro simple"}
+
+
+def refused(word: str) -> bool:
+    """The tool refuses it as no verb it knows (a made-up word may still be a verb: "blink" is)."""
+    try:
+        validate_verb(word)
+    except ConjugationError as err:
+        return refused_verb(str(err))[0] == word
+    return False
+
+
+made_up_words = st.text(alphabet="bdfgklmnprstvz", min_size=2, max_size=3).flatmap(
+    lambda consonants: st.sampled_from("aeiou").map(lambda v: consonants[0] + v + consonants[1:] + "le"))
+
+
+@st.composite
+def outside(draw) -> tuple[str, str, str]:
+    """(question, what its "no" names, kind): a made-up tense, or a word that is no verb."""
+    kind = draw(st.sampled_from(["tense", "verb"]))
+    spanish = draw(st.booleans())
+    who = draw(st.sampled_from(SUBJECTS))
+    if kind == "tense":
+        name = draw(st.sampled_from(("dreaming", "hopeful", "magical", "purple", "sleepy", "quantum")) | made_up_words)
+        assume(name not in TENSE_WORDS)
+        tense = f"tiempo {name}" if spanish else f"{name} tense"
+        verb = draw(st.sampled_from(("eat", "go", "sing")))
+    else:
+        name = draw(st.sampled_from(NOT_VERBS + tuple(sorted(MODALS))) | made_up_words)
+        assume(refused(name))
+        real = draw(st.sampled_from(TENSES[4:5] + TENSES[2:3] + TENSES[8:9]))
+        tense, verb = (SPANISH_TENSES[real] if spanish else real), name
+    template = draw(st.sampled_from(SPANISH if spanish else ENGLISH))
+    who = {"I": "yo", "you": "tú", "she": "ella", "we": "nosotros", "they": "ellos"}.get(who, who) if spanish else who
+    return template.format(tense=tense, verb=verb, who=who), name, kind
+
+
+@given(outside())
+def test_a_question_outside_the_grammar_gets_a_no_that_names_what_it_lacks_and_never_a_form(asked):
+    """A question outside the grammar ends out_of_grammar within two turns, naming what the grammar lacks, and states no form.
+
+    (es) Una pregunta fuera de la gramática termina en out_of_grammar en dos turnos como mucho, nombra lo que le falta a la gramática y no afirma ninguna forma.
+    """
+    question, name, kind = asked
+    note("counterexample-json: " + json.dumps({
+        "en": f"The question “{question}”: {'a tense the grammar lacks' if kind == 'tense' else 'a word that is no verb the tool knows'}, “{name}”.\n"
+              "A model that takes the first option of every choice its turn's schema offers.",
+        "es": f"La pregunta «{question}»: {'un tiempo que la gramática no tiene' if kind == 'tense' else 'una palabra que no es un verbo que conozca la herramienta'}, «{name}».\n"
+              "Un modelo que toma la primera opción de cada elección que le ofrece el esquema de su turno.",
+    }, ensure_ascii=False))
+    tools = FakeTools()
+    outcome = GrammarTutor(KeepsToTheSchema(), tools, TutorConfig()).run(question)
+    assert outcome.stop_reason == "out_of_grammar", f"ended {outcome.stop_reason}: {outcome.answer!r}"
+    assert outcome.stats.turns <= 2 and f"'{name.lower()}'" in outcome.answer.lower(), outcome.answer
+    assert len(tools.calls) == (0 if kind == "tense" else 1), "the no comes from the question, or the tool's refusal"

@@ -1,0 +1,138 @@
+"""The out-of-grammar guard (agent/scope.py): its unit, and the loop that asks it."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import FakeTools, config, scripted
+
+from miniagent.agent.errors import OutOfGrammar
+from miniagent.agent.grammar import TENSES
+from miniagent.agent.loop import grammar_tutor
+from miniagent.agent.scope import GrammarScope, language_of, made_up_tense, refused_verb
+from miniagent.agent.trace import Trace
+
+
+@pytest.mark.parametrize("question, tense", [
+    ("What is the dreaming tense of eat for I?", "dreaming"),
+    ("Please conjugate the verb eat lovingly in the dreaming tense", "dreaming"),
+    ("Give me the hopeful-tense of run for she.", "hopeful"),
+    ("Conjuga 'eat' en el tiempo soñador para 'yo'.", "soñador"),
+    ("What is the past simple tense of go for she?", ""),  # a tense word before "tense"
+    ("Which tense is 'went'?", ""),
+    ("Give the same tense of go for I.", ""),
+    ("Tense: past simple. Verb: sell. Subject: we.", ""),
+    ("¿En qué tiempo verbal está 'went'?", ""),
+    ("What is the past of go for she?", ""),
+])
+def test_a_tense_the_grammar_lacks_is_read_from_the_question(question, tense):
+    assert made_up_tense(question) == tense
+
+
+@pytest.mark.parametrize("error, word", [
+    ("'blorf' is not an English verb I know (it is not in the verb lexicon). Give an English verb ...", "blorf"),
+    ("'quickly' is not a verb (it is an adverb). Give an English verb in its base form", "quickly"),
+    ("'must' is not a verb (it is a modal verb, which has no full conjugation). In its place English uses 'have "
+     "to': he has had to.", "must"),
+    ("'went' is the past of 'go'; give the base form 'go'.", ""),  # a form of a verb: the model may correct it
+    ("Unknown tense 'yesterday'. Valid tenses: ...", ""),
+])
+def test_a_refusal_is_told_from_a_correction(error, word):
+    found, sentence = refused_verb(error)
+    assert found == word
+    assert (sentence in error and sentence.endswith(".")) if word else sentence == ""
+
+
+def test_a_modals_refusal_keeps_its_stand_in():
+    error = ("'must' is not a verb (it is a modal verb, which has no full conjugation). In its place English uses "
+             "'have to': he has had to. Give an English verb")
+    assert refused_verb(error)[1].endswith("he has had to.")
+
+
+@pytest.mark.parametrize("question, language", [
+    ("Conjuga 'eat' en el tiempo soñador para 'yo'.", "es"), ("¿Cuál es el pasado de 'go' para ella?", "es"),
+    ("What is the past of go for she?", "en"), ("What is the past of 'yo' for she?", "en"),
+])
+def test_the_no_is_said_in_the_questions_language(question, language):
+    assert language_of(question) == language
+
+
+def test_the_unit_declines_only_when_every_word_the_question_may_mean_was_refused():
+    scope = GrammarScope(enabled=True)
+    scope.start("Is quickly or eat the verb in the past simple for she?")  # two words that may be the verb
+    scope.saw_error("quickly", "'quickly' is not a verb (it is an adverb).")  # one left: the model may try it
+    with pytest.raises(OutOfGrammar) as no:
+        scope.saw_error("eat", "'eat' is not a verb (pretend).")
+    assert (no.value.kind, no.value.word) == ("verb", "eat")
+    assert "'eat' is not a verb" in no.value.reason
+
+
+def test_the_unit_ignores_a_refused_word_the_question_never_offered():
+    scope = GrammarScope(enabled=True)
+    scope.start("What is the past simple of go for she?")
+    scope.saw_error("quickly", "'quickly' is not a verb (it is an adverb).")  # the model's own mistake
+
+
+def test_the_unit_off_never_declines():
+    scope = GrammarScope(enabled=False)
+    scope.start("What is the dreaming tense of eat for I?")
+    scope.saw_error("blorf", "'blorf' is not an English verb I know (it is not in the verb lexicon).")
+
+
+def run(question, behaviour="literal", **overrides):
+    trace = Trace.memory()
+    outcome = grammar_tutor(question, model=scripted(behaviour), tools=FakeTools(), config=config(**overrides),
+                            trace=trace)
+    return outcome, trace
+
+
+def test_a_made_up_tense_is_declined_before_any_model_call():
+    outcome, trace = run("What is the dreaming tense of eat for I?")
+    assert outcome.stop_reason == "out_of_grammar" and outcome.stats.turns == 0
+    assert "there is no 'dreaming' tense" in outcome.answer and ", ".join(TENSES) in outcome.answer
+    guard = [e for e in trace.events if e["event"] == "guard"]
+    assert guard == [{"event": "guard", "name": "out_of_grammar", "kind": "tense", "word": "dreaming",
+                      "t": guard[0]["t"]}]
+    assert trace.events[-1]["stop_reason"] == "out_of_grammar"
+
+
+def test_a_word_the_tool_refuses_is_declined_in_the_tools_words_after_one_call():
+    outcome, trace = run("What is the past simple of 'blorf' for she?")
+    assert outcome.stop_reason == "out_of_grammar" and outcome.stats.turns == 1
+    assert outcome.answer == ("I cannot answer that: 'blorf' is not an English verb I know (it is not in the verb "
+                              "lexicon).")
+    assert [e["kind"] for e in trace.events if e.get("name") == "out_of_grammar"] == ["verb"]
+
+
+def test_a_modal_is_declined_with_its_usual_stand_in():
+    outcome, _ = run("What's the present perfect of must for he?")
+    assert outcome.stop_reason == "out_of_grammar"
+    assert outcome.answer.endswith("In its place English uses 'have to': he has had to.")
+
+
+def test_the_no_is_said_in_spanish_to_a_spanish_question():
+    outcome, _ = run("¿Cuál es el pasado simple de 'blorf' para ella?")
+    assert outcome.answer.startswith("No puedo responder a eso. La herramienta de conjugación dice: 'blorf'")
+
+
+def test_a_question_in_the_grammar_is_answered_as_before():
+    outcome, trace = run("What is the past simple of go for she?")
+    assert (outcome.stop_reason, outcome.answer) == ("answered", "she went")
+    assert not [e for e in trace.events if e.get("name") == "out_of_grammar"]
+
+
+def test_with_the_guard_off_the_forced_choice_answers_a_made_up_tense():
+    """What break 16 shows: the schema makes the model pick one of the 12 tenses, and the run says answered."""
+    outcome, _ = run("What is the dreaming tense of eat for I?", "knowall", decline_out_of_grammar=False)
+    assert outcome.stop_reason == "answered" and outcome.answer == "I ate"
+
+
+@pytest.mark.parametrize("question, answer", [
+    ("Give me the past simple of sing for the cat.", "the cat sang"),
+    ("What is the present perfect of eat for my sisters?", "my sisters have eaten"),
+    ("What is the past simple of go for John?", "John went"),
+    ("Give me the past simple of write for Maria and I.", "Maria and I wrote"),
+    ("Conjuga 'sing' en pasado simple para 'the birds'.", "the birds sang"),
+])
+def test_a_subject_that_is_no_pronoun_is_kept(question, answer):
+    outcome, _ = run(question)
+    assert (outcome.stop_reason, outcome.answer) == ("answered", answer)
