@@ -66,6 +66,14 @@ def test_the_unit_declines_only_when_every_word_the_question_may_mean_was_refuse
     assert "'eat' is not a verb" in no.value.reason
 
 
+def test_a_quoted_noun_is_declined_though_grounding_also_offers_what_its_ending_may_leave():
+    """Grounding offers 'happines' beside 'happiness' (a quoted -s form); the no waits for neither guess."""
+    scope = GrammarScope(enabled=True)
+    scope.start("¿Cuál es el presente perfecto de 'happiness' para 'ellos'?")
+    with pytest.raises(OutOfGrammar):
+        scope.saw_error("happiness", "'happiness' is not a verb (it is a noun).")
+
+
 def test_the_unit_ignores_a_refused_word_the_question_never_offered():
     scope = GrammarScope(enabled=True)
     scope.start("What is the past simple of go for she?")

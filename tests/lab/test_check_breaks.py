@@ -258,34 +258,41 @@ def test_the_eval_table_is_every_set_scored_strictly_with_and_without_grounding(
     def run_eval(items, config):
         assert config.tutor.max_turns == TutorConfig().max_turns and items
         asked.append((len(items), config.model.decode, config.tutor.ground_arguments))
+        declines = 2 if items[0].decline else 0  # the out-of-grammar sets open with a question to decline
         return {"correct": 3, "n": 4, "accuracy": 0.75, "stop_reasons": {"answered": 4}, "latency_p50_s": 0.5,
-                "latency_p95_s": 1.25, "total_s": 2.0, "wrong": ["¿él fue?"]}
+                "latency_p95_s": 1.25, "total_s": 2.0, "wrong": ["¿él fue?"], "decline_items": declines,
+                "declined_right": declines // 2, "made_up_answers": declines // 2}
 
     monkeypatch.setattr(evaluation, "run_eval", run_eval)
     maintainer._write_eval_results(tmp_path)
     assert [a[1:] for a in asked] == [("scored", False), ("scored", True), ("greedy", False), ("greedy", True),
                                      ("scored", False),
                                      ("scored", True), ("scored", False), ("scored", True), ("scored", False),
-                                     ("scored", True)]
+                                     ("scored", True), ("scored", True), ("scored", True)]
     table = (tmp_path / "eval.md").read_text(encoding="utf-8").splitlines()
     assert re.fullmatch(r"Measured by `invoke docs-results` · medido con `invoke docs-results`: "
                         r"\d{4}-\d\d-\d\d \d\d:\d\d, (\d+) cores, .+, Gemma 3 270M \(Q4_K_M\)\.", table[0])
     machine = f"{maintainer.machine_cores()} cores, {cpu_model_name()} ({choose_amx().describe()})"
     assert table[0].endswith(f", {machine}, Gemma 3 270M (Q4_K_M).") and table[1] == ""
     assert table[2:4] == ["| set · conjunto | decoding · decodificación | grounding · anclaje | strict accuracy · "
-                          "acierto estricto | stop reasons · motivos | p50 s | p95 s | total s |",
-                          "|---|---|---|---|---|---|---|---|"]
+                          "acierto estricto | declined right · rechazos correctos | made-up answers · formas inventadas "
+                          "| stop reasons · motivos | p50 s | p95 s | total s |",
+                          "|---|---|---|---|---|---|---|---|---|---|"]
     held_out = "old held-out · antiguo reservado"
     sets = [("eval", "public · público", "scored", "off"), ("eval", "public · público", "scored", "on"),
             ("eval", "public · público", "greedy", "off"), ("eval", "public · público", "greedy", "on"),
             ("heldout", held_out, "scored", "off"),
             ("heldout", held_out, "scored", "on"), ("fresh", "fresh · nuevo", "scored", "off"),
             ("fresh", "fresh · nuevo", "scored", "on"), ("unseen", "unseen · inédito", "scored", "off"),
-            ("unseen", "unseen · inédito", "scored", "on")]
-    assert table[4:] == [f"| `{name}.jsonl` ({label}) | `{decode}` | {grounding} | 3/4 = 75.0% | {{'answered': 4}} | "
-                         f"0.50 | 1.25 | 2.0 |" for name, label, decode, grounding in sets]
+            ("unseen", "unseen · inédito", "scored", "on"),
+            ("outside", "outside the grammar, public · fuera de la gramática, público", "scored", "on"),
+            ("outside-unseen", "outside the grammar, unseen · fuera de la gramática, inédito", "scored", "on")]
+    declined = {"outside": "1/2 | 1", "outside-unseen": "1/2 | 1"}  # the sets of questions outside the grammar
+    assert table[4:] == [f"| `{name}.jsonl` ({label}) | `{decode}` | {grounding} | 3/4 = 75.0% | "
+                         f"{declined.get(name, '– | 0')} | {{'answered': 4}} | 0.50 | 1.25 | 2.0 |"
+                         for name, label, decode, grounding in sets]
     assert printed(console) == [f"eval {name}.jsonl {decode}, grounding {grounding}"
                                 for name, _, decode, grounding in sets]
     text = (tmp_path / "eval-unseen-scored-grounding-on.json").read_text(encoding="utf-8")
     assert text == json.dumps(json.loads(text), ensure_ascii=False, indent=1) + "\n" and "¿él fue?" in text
-    assert json.loads(text)["accuracy"] == 0.75 and len(list(tmp_path.glob("eval-*.json"))) == 10
+    assert json.loads(text)["accuracy"] == 0.75 and len(list(tmp_path.glob("eval-*.json"))) == 12

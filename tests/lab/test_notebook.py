@@ -41,7 +41,7 @@ def test_add_then_read_empty_prediction_is_none(tmp_path):
     assert created and path == notebook_path(tmp_path, "bea") and path.exists()
     text = path.read_text(encoding="utf-8")
     assert "## 00-no-cap — no caps" in text
-    assert "```prediction\noutcome: ?          # answer | fallback | timeout | crash\n" in text
+    assert "```prediction\noutcome: ?          # answer | declined | fallback | timeout | crash\n" in text
     assert "### Why I think so" in text
     assert read_prediction(tmp_path, "bea", "00-no-cap") is None
     assert read_prediction(tmp_path, "bea", "03-no-dedup") is None  # no section

@@ -80,8 +80,10 @@ class GrammarScope:
 
     def start(self, question: str) -> None:
         self.language, self.refused = language_of(question), {}
-        self.candidates = set(verbs_named(question))
         self.words = set(words(question))
+        # The words the question names, not the stems grounding adds for a quoted form ('happiness' -> 'happines'):
+        # a guess at what a word comes from is no word of the question that the tool could still accept.
+        self.candidates = set(verbs_named(question)) & self.words
         tense = made_up_tense(question)
         if self.enabled and tense:
             raise OutOfGrammar("tense", tense, self.text("tense", tense))

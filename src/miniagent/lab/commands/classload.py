@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..evaluation import DEFAULT_SET, is_correct, load_eval_set, percentile
+from ..evaluation import DEFAULT_SET, is_right, load_eval_set, percentile
 from ...processes import load_average, machine_cores, signal_group
 from ..harness.process_tree import MachineLoad, TreeSampler
 from ..words import number, section
@@ -74,7 +74,8 @@ def learner_main(argv: list[str] | None = None) -> int:
             item = items[index]
             first = len(trace.events)
             outcome = session.ask(item.question)
-            _say({"item": index, "stop_reason": outcome.stop_reason, "correct": is_correct(outcome.answer, item.accept),
+            _say({"item": index, "stop_reason": outcome.stop_reason,
+                  "correct": is_right(item, outcome.answer, outcome.stop_reason),
                   "seconds": outcome.stats.seconds, "turn_latencies": turn_latencies(trace.events[first:])})
         server = getattr(session.model, "server", None)
         _say({"done_at": time.time(), "requests": getattr(server, "requests", 0)})

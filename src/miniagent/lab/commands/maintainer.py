@@ -237,20 +237,24 @@ def _write_eval_results(results_dir: Path) -> None:
     from ..evaluation import load_eval_set, run_eval
 
     lines = ["| set · conjunto | decoding · decodificación | grounding · anclaje | strict accuracy · acierto estricto "
-             "| stop reasons · motivos | p50 s | p95 s | total s |", "|---|---|---|---|---|---|---|---|"]
+             "| declined right · rechazos correctos | made-up answers · formas inventadas | stop reasons · motivos "
+             "| p50 s | p95 s | total s |", "|---|---|---|---|---|---|---|---|---|---|"]
     runs = [("eval.jsonl", "public · público", "scored", False), ("eval.jsonl", "public · público", "scored", True),
             ("eval.jsonl", "public · público", "greedy", False), ("eval.jsonl", "public · público", "greedy", True),
             ("heldout.jsonl", "old held-out · antiguo reservado", "scored", False),
             ("heldout.jsonl", "old held-out · antiguo reservado", "scored", True),
             ("fresh.jsonl", "fresh · nuevo", "scored", False), ("fresh.jsonl", "fresh · nuevo", "scored", True),
-            ("unseen.jsonl", "unseen · inédito", "scored", False), ("unseen.jsonl", "unseen · inédito", "scored", True)]
+            ("unseen.jsonl", "unseen · inédito", "scored", False), ("unseen.jsonl", "unseen · inédito", "scored", True),
+            ("outside.jsonl", "outside the grammar, public · fuera de la gramática, público", "scored", True),
+            ("outside-unseen.jsonl", "outside the grammar, unseen · fuera de la gramática, inédito", "scored", True)]
     for name, label, decode, grounded in runs:
         items = load_eval_set(ROOT / "labs" / "01-tutor-end-to-end" / name)
         grounding = "on" if grounded else "off"
         screen.console.print(f"eval {name} {decode}, grounding {grounding}")
         r = run_eval(items, load_config(env={}, cli={"decode": decode, "ground_arguments": grounded}))
+        declined = f"{r['declined_right']}/{r['decline_items']}" if r["decline_items"] else "–"
         lines.append(f"| `{name}` ({label}) | `{decode}` | {grounding} | {r['correct']}/{r['n']} = {r['accuracy']:.1%} "
-                     f"| {r['stop_reasons']} | {r['latency_p50_s']:.2f} | {r['latency_p95_s']:.2f} | "
+                     f"| {declined} | {r['made_up_answers']} | {r['stop_reasons']} | {r['latency_p50_s']:.2f} | {r['latency_p95_s']:.2f} | "
                      f"{r['total_s']:.1f} |")
         (results_dir / f"eval-{name.removesuffix('.jsonl')}-{decode}-grounding-{grounding}.json").write_text(
             json.dumps(r, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
