@@ -69,13 +69,16 @@ def outside(draw) -> tuple[str, str, str]:
 def test_a_question_outside_the_grammar_gets_a_no_that_names_what_it_lacks_and_never_a_form(asked):
     """A question outside the grammar ends out_of_grammar within two turns, naming what the grammar lacks, and states no form.
 
-    (es) Una pregunta fuera de la gramática termina en out_of_grammar en dos turnos como mucho, nombra lo que le falta a la gramática y no afirma ninguna forma.
+    (es) Una pregunta fuera de la gramática termina en out_of_grammar en dos turnos como mucho, nombra lo que le falta
+    a la gramática y no afirma ninguna forma.
     """
     question, name, kind = asked
+    what = {"tense": ("a tense the grammar lacks", "un tiempo que la gramática no tiene"),
+            "verb": ("a word that is no verb the tool knows", "una palabra que no es un verbo que conozca la herramienta")}
     note("counterexample-json: " + json.dumps({
-        "en": f"The question “{question}”: {'a tense the grammar lacks' if kind == 'tense' else 'a word that is no verb the tool knows'}, “{name}”.\n"
+        "en": f"The question “{question}”: {what[kind][0]}, “{name}”.\n"
               "A model that takes the first option of every choice its turn's schema offers.",
-        "es": f"La pregunta «{question}»: {'un tiempo que la gramática no tiene' if kind == 'tense' else 'una palabra que no es un verbo que conozca la herramienta'}, «{name}».\n"
+        "es": f"La pregunta «{question}»: {what[kind][1]}, «{name}».\n"
               "Un modelo que toma la primera opción de cada elección que le ofrece el esquema de su turno.",
     }, ensure_ascii=False))
     tools = FakeTools()

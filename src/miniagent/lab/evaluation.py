@@ -1,4 +1,4 @@
-"""Score the tutor on an eval set: JSON lines of {"question": ..., "accept": [...]} or {"question": ..., "decline": ...}.
+"""Score the tutor on an eval set: JSON lines of {"question": ..., "accept": [...]} (or "decline": ..., below).
 
 ``accept`` lists every answer that counts as right, subject included
 ("she has seen"); a person that allows several subjects ("third person
