@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 STOP_REASONS = {"answered", "max_turns", "max_tool_calls", "call_budget", "wall_clock", "auto_continue_limit",
-                "cancelled", "server_failed", "model_failed", "invalid_input", "context_full"}
+                "cancelled", "server_failed", "model_failed", "invalid_input", "context_full", "out_of_grammar"}
 pytestmark = pytest.mark.real_model
 
 

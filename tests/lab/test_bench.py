@@ -161,6 +161,8 @@ def test_one_process_counts_the_cpu_of_the_agent_and_what_it_started(monkeypatch
     assert got["others_pct"] >= 0
     bench.one_process("again?")
     assert seen["env"]["MINIAGENT_LLAMA_AMX"] == "auto"  # llama.cpp decides, as in a learner's run
+    bench.one_process("capped?", env=bench.CAPPED_PATH_ENV)  # the capped path: the out-of-grammar guard off
+    assert seen["env"]["MINIAGENT_DECLINE_OUT_OF_GRAMMAR"] == "false"
 
 
 @pytest.mark.parametrize("cores, others_pct", [(0.25, 25.0), (None, 0.0), (0.0, 0.0)])
@@ -207,8 +209,9 @@ def test_the_settings_take_turns_run_by_run_and_each_row_is_its_own_runs_median(
     calls, spinning = [], []
     walls = iter([1.0, 5.0, 3.0, 6.0, 2.0, 4.0] * 4)  # auto then off, run by run
 
-    def one(question, amx):
+    def one(question, amx, env=None):
         calls.append((question, amx, bool(spinning)))
+        assert env == (bench.CAPPED_PATH_ENV if question == bench.UNANSWERABLE else None)
         wall = next(walls)
         return {"wall_s": wall, "cpu_s": wall * 2, "others_pct": wall * 10, "stop_reason": f"s{wall}",
                 "turns": int(wall), "tool_calls": {"conjugate": int(wall)}}
@@ -240,7 +243,7 @@ def test_the_settings_take_turns_run_by_run_and_each_row_is_its_own_runs_median(
 
 def test_the_medians_are_rounded_to_the_millisecond(monkeypatch):
     walls = iter([1.23456, 0.9994, 1.1, 2.0004, 2.9994, 3.0])
-    monkeypatch.setattr(bench, "one_process", lambda q, amx: {
+    monkeypatch.setattr(bench, "one_process", lambda q, amx, env=None: {
         "wall_s": (w := next(walls)), "cpu_s": w / 3, "others_pct": 10.5, "stop_reason": "x", "turns": 1,
         "tool_calls": {}})
     answer, fallback = bench.start_to_end(["auto"], ("idle",), runs=3)
@@ -249,7 +252,7 @@ def test_the_medians_are_rounded_to_the_millisecond(monkeypatch):
     assert (fallback["wall_p50_s"], fallback["wall_min_s"], fallback["wall_max_s"]) == (2.999, 2.0, 3.0)
     assert answer["others_pct"] == 10  # rounded half to even, as round() does
     runs = []
-    monkeypatch.setattr(bench, "one_process", lambda q, amx: runs.append(q) or {
+    monkeypatch.setattr(bench, "one_process", lambda q, amx, env=None: runs.append(q) or {
         "wall_s": 1.0, "cpu_s": 1.0, "others_pct": 0, "stop_reason": "x", "turns": 1, "tool_calls": {}})
     bench.start_to_end(["auto"], ("idle",))
     assert len(runs) == 2 * 5  # five processes a figure unless told
@@ -291,7 +294,7 @@ def test_killed_runs_count_every_process_left_at_timeouts_from_half_a_second_to_
     command = runs[0][0]
     assert command[:4] == [sys.executable, "-m", "miniagent", "ask"] and command[4] == bench.ADVERSARIAL
     assert " ".join(command[5:]) == ("--llm scripted:wanderer --max-turns 1000000 --max-tool-calls 1000000 "
-                                     "--wall-clock-s 1000000")
+                                     "--wall-clock-s 1000000 --decline-out-of-grammar false")
     assert not any(live for *_, live in runs)
     assert len({path for _, _, path, _ in runs}) == 12 and all(p.parent.parent == tmp_path for _, _, p, _ in runs)
     assert not list(tmp_path.iterdir())  # the traces went with the folder
@@ -454,7 +457,7 @@ def test_every_figure_by_default_each_once_and_the_backend_closed(measured, caps
            "p50 1.20 s, p95 2.50 s" in out
     assert "(e) 50 killed runs in a row left 0 processes (4.5 s)" in out
     assert "(f) conjugation server, median of 5 starts: handshake done in 0.64 s, first answer at 0.71 s" in out
-    assert f"fallback: {bench.UNANSWERABLE!r} (the capped path)" in out \
+    assert f"fallback: {bench.UNANSWERABLE!r} (the capped path, decline_out_of_grammar off)" in out \
         and "above 50 on an idle row, the machine was not idle" in " ".join(out.split())
 
 

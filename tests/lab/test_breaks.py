@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = ["00-no-cap", "01-dead-config", "02-broad-catch", "03-no-dedup", "04-no-breaker", "05-no-tool-timeout",
             "06-no-wall-clock", "07-endless-continue", "08-silent-cap", "09-orphan-server",
             "10-no-token-budget", "11-no-format-breaker", "12-no-stuck-detector",
-            "13-final-round-offers-tools", "14-ungrounded-answer", "15-ungrounded-arguments"]
+            "13-final-round-offers-tools", "14-ungrounded-answer", "15-ungrounded-arguments", "16-forced-choice"]
 
 
 def test_the_catalogue_has_every_break_with_complete_metadata():

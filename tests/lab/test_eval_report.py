@@ -95,15 +95,17 @@ def test_the_report_has_every_figure_from_the_runs(stand_in):
     assert opened.settings is settings and opened.trace is trace and opened.closed
     assert opened.asked == [item.question for item in ITEMS[:3]]
     assert report == {
-        "n": 3, "correct": 2, "accuracy": 0.6667, "stop_reasons": {"answered": 2, "max_turns": 1},
+        "n": 3, "correct": 2, "accuracy": 0.6667, "answer_items": 3, "answered_right": 2, "decline_items": 0,
+        "declined_right": 0, "made_up_answers": 0, "stop_reasons": {"answered": 2, "max_turns": 1},
         "latency_p50_s": 2.0, "latency_p95_s": 4.0, "startup_s": 0.75, "total_s": 7.75, "llm": "scripted:oracle",
         "items": [
-            {"question": ITEMS[0].question, "accept": ["she went"], "answer": "she went", "correct": True,
-             "stop_reason": "answered", "turns": 2, "tool_calls": {"conjugate": 1}, "seconds": 1.0},
-            {"question": ITEMS[1].question, "accept": ["I ate"], "answer": "I ate", "correct": True,
+            {"question": ITEMS[0].question, "accept": ["she went"], "decline": "", "answer": "she went",
+             "correct": True, "stop_reason": "answered", "turns": 2, "tool_calls": {"conjugate": 1}, "seconds": 1.0},
+            {"question": ITEMS[1].question, "accept": ["I ate"], "decline": "", "answer": "I ate", "correct": True,
              "stop_reason": "answered", "turns": 3, "tool_calls": {"conjugate": 2}, "seconds": 4.0},
-            {"question": ITEMS[2].question, "accept": ["he has seen"], "answer": "fallback", "correct": False,
-             "stop_reason": "max_turns", "turns": 2, "tool_calls": {"conjugate": 1}, "seconds": 2.0}]}
+            {"question": ITEMS[2].question, "accept": ["he has seen"], "decline": "", "answer": "fallback",
+             "correct": False, "stop_reason": "max_turns", "turns": 2, "tool_calls": {"conjugate": 1},
+             "seconds": 2.0}]}
     assert type(report["items"][0]["tool_calls"]) is dict
 
 

@@ -175,7 +175,8 @@ def test_each_bad_line_says_exactly_what_is_wrong_where_and_how_a_line_looks(tmp
     with pytest.raises(EvalSetError) as err:
         load_eval_set(path)
     assert str(err.value) == (f'{path}:1: {message}; each line is '
-                              '{"question": "...", "accept": ["she went", ...]}')
+                              '{"question": "...", "accept": ["she went", ...]} or '
+                              '{"question": "...", "decline": "<the word>"}')
 
 
 def test_a_blank_line_between_items_is_skipped_not_the_end(tmp_path):

@@ -28,7 +28,7 @@ from miniagent.lab.harness.charts import save_record, write_svg, write_svg_pair
 ROOT = Path(__file__).resolve().parents[2]
 ADVERSARIAL = "Please conjugate the verb eat lovingly in the dreaming tense"
 NO_CAPS = ["--max-turns", "100000", "--max-tool-calls", "100000", "--wall-clock-s", "100000",
-           "--max-run-tokens", "1000000000"]
+           "--max-run-tokens", "1000000000", "--decline-out-of-grammar", "false"]  # nor the no to the dreaming tense
 
 
 def ask(question: str, *flags: str) -> list[str]:

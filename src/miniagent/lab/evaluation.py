@@ -209,12 +209,12 @@ def print_report(report: dict) -> None:
     for column in ("#", "question", "accepted", "answer", "ok", "stop", "s"):
         table.add_column(column, overflow="fold")
     for i, r in enumerate(report["items"], 1):
-        wanted = " / ".join(r["accept"]) or f"no, naming '{r['decline']}'"
+        wanted = " / ".join(r["accept"]) or f"no, naming '{r.get('decline')}'"
         table.add_row(str(i), r["question"], wanted, r["answer"].splitlines()[0] if r["answer"] else "",
                       "[green]yes[/]" if r["correct"] else "[red]no[/]", r["stop_reason"], f"{r['seconds']:.2f}")
     console.print(table)
     console.print(f"accuracy: {report['correct']}/{report['n']} = {report['accuracy']:.1%}")
-    if report["decline_items"]:
+    if report.get("decline_items"):  # a report of an older run has none
         console.print(f"answered right: {report['answered_right']}/{report['answer_items']}; declined right: "
                       f"{report['declined_right']}/{report['decline_items']}; made-up forms stated as answers: "
                       f"{report['made_up_answers']}")

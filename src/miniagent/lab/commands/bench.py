@@ -159,7 +159,8 @@ def killed_runs(count: int = 50) -> dict:
 
     left = 0
     command = [sys.executable, "-m", "miniagent", "ask", ADVERSARIAL, "--llm", "scripted:wanderer",
-               "--max-turns", "1000000", "--max-tool-calls", "1000000", "--wall-clock-s", "1000000"]
+               "--max-turns", "1000000", "--max-tool-calls", "1000000", "--wall-clock-s", "1000000",
+               "--decline-out-of-grammar", "false"]  # on, the sleepy tense would be declined before any turn
     started = time.perf_counter()
     trace_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"miniagent-bench-{os.getpid()}"
     for i in range(count):

@@ -50,7 +50,8 @@ def log_path(wing: str) -> Path:
 WINGS: dict[str, tuple[list[str], list[str]]] = {
     "agent": (["src/miniagent/agent/*"],
               ["agent/test_guards", "agent/test_config", "agent/test_properties", "agent/test_properties_record",
-               "agent/test_properties_actions", "agent/test_properties_config", "agent/test_grounding",
+               "agent/test_properties_actions", "agent/test_properties_config", "agent/test_grounding", "agent/test_scope",
+               "agent/test_properties_scope",
                "agent/test_properties_grounding", "agent/test_loop_details", "lab/test_properties_counts",
                "test_settings_reach"]),
     "models": (["src/miniagent/models/*"],
@@ -63,7 +64,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
     "tools": (["src/miniagent/tools/*"],
               ["tools/test_conjugation", "tools/test_verb_forms", "tools/test_mcp_surface", "tools/test_mcp_server",
                "tools/test_mcp_client_messages", "tools/test_properties_client", "tools/test_mcp_client_outcomes",
-               "tools/test_conjugation_edges", "test_settings_reach"]),
+               "tools/test_conjugation_edges", "tools/test_subjects", "test_settings_reach"]),
     "lab": (["src/miniagent/lab/*"],
             ["lab/test_harness", "lab/test_notebook", "lab/test_exercise_loop", "lab/test_experiment",
              "lab/test_exercise_commands", "lab/test_watch_command", "lab/test_session", "lab/test_charts",
