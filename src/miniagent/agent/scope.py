@@ -1,13 +1,8 @@
 """The grammar's scope: a question the tutor cannot answer gets a clear "no", never a made-up form.
 
-The action schema only lets the model choose among the tenses and verbs the grammar has, so a question about
-anything else would still be answered with one of them (theory 03: the mask forces a choice). This guard ends
-such a run with the stop reason ``out_of_grammar`` and says why:
-
-* a tense the grammar lacks, named in the question ("the dreaming tense", "el tiempo soñador"): before any
-  model call;
-* a word the conjugation tool refuses as no verb it knows (a modal, an adverb, a made-up word): once every
-  word of the question that may be the verb has been refused, in the tool's own words.
+The mask forces a choice (theory 03), so this guard ends the run with ``out_of_grammar`` and says why: a tense
+the question names and the grammar lacks, before any model call; a word the tool refuses as a verb, once every
+word that may be the verb was refused, in the tool's words.
 """
 
 from __future__ import annotations
