@@ -203,6 +203,7 @@ def _run_fragment(brk: Break, lang: str) -> str:
     return (
         f"{t['run_intro']}\n\n"
         "```bash\n"
+        f"{t['you_line']}\n"
         f"{t['run_predict']}\n"
         f"invoke predict {alias} --learner {t['you']}{t['lang_flag']}\n"
         f"{t['run_exp']}\n"

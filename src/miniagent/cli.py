@@ -106,7 +106,8 @@ def _ask(args: argparse.Namespace, config: Settings) -> int:
         print(json.dumps({"answer": outcome.answer, "stop_reason": outcome.stop_reason,
                           "final_answer": outcome.final_answer, "stats": outcome.stats.as_dict()}, ensure_ascii=False))
     else:
-        print(outcome.answer)
+        # With the trace on stdout, stdout stays JSON lines (`| jq` reads it): the answer goes with the summary.
+        print(outcome.answer, file=sys.stderr if args.trace == "-" else sys.stdout)
         s = outcome.stats
         calls = ", ".join(f"{t} x{n}" for t, n in sorted(s.tool_calls.items())) or "none"
         print(f"-- stop_reason: {outcome.stop_reason} | turns: {s.turns} | tool calls: {calls} | "

@@ -96,6 +96,16 @@ def test_tool_call_cap_stops_distinct_calls():
     assert outcome.stats.tool_calls["conjugate"] == 4
 
 
+def test_the_breakers_discovery_call_is_not_charged_to_the_models_cap():
+    """max_tool_calls counts the model's own calls: the list_tenses call the breaker forces after three failures
+    leaves the model its fourth call (a cap that counted it would stop the run one call early)."""
+    outcome, trace = run("stubborn", "What is the past simple of lovingly for she?", max_turns=50, max_tool_calls=4,
+                         max_repeats=0, decline_out_of_grammar=False)
+    assert outcome.stop_reason == "max_tool_calls"
+    assert (outcome.stats.tool_calls["conjugate"], outcome.stats.tool_calls["list_tenses"]) == (4, 1)
+    assert outcome.stats.forced_calls == 1
+
+
 def test_declared_plan_lets_a_three_verb_question_finish():
     outcome, _ = run("planner", "Conjugate be, have and go in the past simple for they.", max_tool_calls=2)
     assert outcome.stop_reason == "answered", outcome.answer

@@ -135,6 +135,22 @@ def _module(tmp_path, *argv: str, before: str = "") -> "subprocess.CompletedProc
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(tmp_path)})
 
 
+def test_with_the_trace_on_stdout_stdout_is_json_lines_and_the_answer_goes_to_stderr(tmp_path):
+    proc = _module(tmp_path, "ask", "What is the past simple of go for she?", "--llm", "scripted:oracle",
+                   "--trace", "-", "--cache-dir", "")
+    events = [json.loads(line) for line in proc.stdout.splitlines()]  # `| jq` reads every line
+    assert proc.returncode == 0 and events[-1]["event"] == "stop" and events[-1]["answer"] == "she went"
+    assert proc.stderr.splitlines()[-2:] == ["she went", proc.stderr.splitlines()[-1]]
+    assert proc.stderr.splitlines()[-1].startswith("-- stop_reason: answered")
+
+
+def test_a_declined_question_exits_3(tmp_path):
+    proc = _module(tmp_path, "ask", "What is the dreaming tense of eat for I?", "--llm", "scripted:oracle",
+                   "--cache-dir", "")
+    assert proc.returncode == 3 and proc.stdout.startswith("I cannot answer that: there is no 'dreaming' tense")
+    assert "-- stop_reason: out_of_grammar" in proc.stderr
+
+
 def test_the_command_still_runs_the_exit_handlers_flushes_its_output_and_keeps_its_status(tmp_path):
     before = "atexit.register(lambda: print('exit handler ran', flush=True))"
     answered = _module(tmp_path, "ask", "What is the past simple of go for she?", "--llm", "scripted:oracle",

@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))  # docs_hooks
 # Placeholders a page may use, and what they stand for when the command is checked.
 PLACEHOLDERS = {
     "NAME": "docs-check", "NOMBRE": "docs-check", "<you>": "docs-check", "<tu-nombre>": "docs-check",
+    "$me": "docs-check", "$nombre": "docs-check",
     "ALIAS": "no-cap", "VARIANT": "no-cap", "BREAK": "no-cap", "ID": "no-cap", "$b": "no-cap",
     "QUESTION": "What is the past simple of go for she?", "PREGUNTA": "What is the past simple of go for she?",
     "TEXT": "What is the past simple of go for she?", "S": "5", "N": "2", "FILE": "labs/01-tutor-end-to-end/eval.jsonl",

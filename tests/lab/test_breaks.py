@@ -136,9 +136,22 @@ def test_fix_refuses_when_the_learner_changed_the_broken_lines(learner_tree):
     mine = broken.replace("TurnCap(TutorConfig.max_turns)", "TurnCap(config.max_turns)  # fixed by me")
     assert mine != broken, "the test must really edit the broken line"
     loop.write_text(mine)
-    with pytest.raises(BreakError, match="nothing was changed"):
+    with pytest.raises(BreakError) as refused:
         revert_in_tree(brk, learner_tree)
     assert loop.read_text() == mine
+    # one line, no git output, and the way out named
+    assert str(refused.value) == ("01-dead-config's lines in src/ are no longer as the break left them, so nothing "
+                                  "was changed; `invoke reset dead-config` puts them back to intact and saves your "
+                                  "version first")
+
+
+def test_fix_of_a_break_that_is_not_applied_says_so_in_one_line(learner_tree):
+    brk = find("no-cap", learner_tree)
+    before = _digest(learner_tree)
+    with pytest.raises(BreakError) as refused:
+        revert_in_tree(brk, learner_tree)
+    assert str(refused.value) == "00-no-cap is not applied to your src/: there is nothing to fix, and nothing was changed"
+    assert _digest(learner_tree) == before
 
 
 def test_exp_reads_the_prediction_and_appends_the_observation():

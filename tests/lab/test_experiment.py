@@ -306,7 +306,7 @@ def test_the_report_has_every_figure_in_its_row(shown, tmp_path):
     rows = [line.split("│")[1:3] for line in printed(shown) if line.count("│") == 3]
     rows = [[cell.strip() for cell in row] for row in rows]
     assert rows == [
-        ["outcome", "timeout"], ["stop reason", "None"], ["wall", "7.2 s (timeout 6 s)"],
+        ["outcome", "timeout"], ["stop reason", "none"], ["wall", "7.2 s (timeout 6 s)"],
         ["CPU mean / max", "98 % / 102 % (100 % = one core)"], ["tool calls", "12 {'conjugate': 12}"],
         ["identical calls", "11"], ["tool errors", "3"], ["turns", "13"], ["processes left", f"7 {'s' * 60}"],
         ["other programs", "12 % CPU mean, 41 % max (2 usable CPUs, load average 0.25 -> 1.5)"],
@@ -425,7 +425,7 @@ def test_the_tour_table_says_how_each_run_went(shown, monkeypatch):
         ["03-no-dedup", "scripted:stubborn", "-", "fallback / max_turns / cpu 4 %", "not exercised: run it again"],
         ["03-no-dedup", "scripted:stubborn", "-", "crash / max_turns / cpu 4 %",
          "crashed (SIGSEGV): see lab 02"],
-        ["03-no-dedup", "scripted:stubborn", "-", "None / None / cpu 0 %", "no prediction"]]
+        ["03-no-dedup", "scripted:stubborn", "-", "None / none / cpu 0 %", "no prediction"]]
     header = [line for line in printed(shown) if "┃" in line][0]
     assert [cell.strip() for cell in header.split("┃")[1:-1]] == ["break", "model", "predicted outcome", "observed",
                                                                   "hit/miss"]

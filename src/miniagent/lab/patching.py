@@ -44,11 +44,11 @@ def apply_to_tree(brk: Break, root: Path = ROOT) -> None:
 
 def revert_in_tree(brk: Break, root: Path = ROOT) -> None:
     """Undo exactly the break's patch; refuse when the learner has changed those lines since."""
-    check = _git_apply(root, brk.patch, "--reverse", "--check")
-    if check.returncode != 0:
-        raise BreakError(
-            f"{brk.id} is not applied as it was (not applied at all, or you edited those lines: "
-            f"nothing was changed).\n{check.stderr.strip()}")
+    if not is_applied(brk, root):  # one line, no git output: what happened and what to do
+        if _git_apply(root, brk.patch, "--check").returncode == 0:
+            raise BreakError(f"{brk.id} is not applied to your src/: there is nothing to fix, and nothing was changed")
+        raise BreakError(f"{brk.id}'s lines in src/ are no longer as the break left them, so nothing was changed; "
+                         f"`invoke reset {brk.alias}` puts them back to intact and saves your version first")
     _git_apply(root, brk.patch, "--reverse").check_returncode()
 
 

@@ -23,6 +23,7 @@ from ..harness.crash import short as crash_short
 from ..harness.record import RunRecord, crash_note, deadline_note, machine_note
 from ..harness.run import run_experiment
 from ..learner import notebook, progress, scoring
+from ..learner.fields import NO_STOP_REASON
 from ..patching import agent_command, make_sandbox
 from ..words import number, section, words
 from . import screen
@@ -182,7 +183,8 @@ def report(record: RunRecord, json_path: Path, svg_path: Path, brk: Break | None
     clock = t["from_loop"].format(start=number(record.loop_start_s, lang, ".1f")) \
         if record.clock == "loop" and record.loop_start_s is not None else ""
     rows = [
-        (t["outcome"], record.outcome), (t["stop_reason"], str(record.stop_reason)),
+        (t["outcome"], record.outcome),
+        (t["stop_reason"], record.stop_reason or NO_STOP_REASON),  # written as the notebook writes it
         (t["wall"], t["wall_value"].format(wall=number(record.wall_s, lang, ".1f"), timeout=number(record.timeout, lang),
                                             clock=clock)),
         (t["cpu"], t["cpu_value"].format(mean=f"{record.cpu_mean:.0f}", max=f"{record.cpu_max:.0f}")),
@@ -229,7 +231,8 @@ def tour(learner: str | None = None, *, as_json: bool = False, llm: str | None =
     for r in results:
         rec = r["record"] or {}
         predicted = (r["predicted"] or {}).get("outcome") or "-"
-        observed = f"{rec.get('outcome')} / {rec.get('stop_reason')} / cpu {rec.get('cpu_mean', 0):.0f} %"
+        stop = rec.get("stop_reason") or NO_STOP_REASON
+        observed = f"{rec.get('outcome')} / {stop} / cpu {rec.get('cpu_mean', 0):.0f} %"
         score = f"{r['hits']}/{r['fields']} fields" if r["fields"] else "no prediction"
         if rec.get("signal"):
             score = crash_short(rec["signal"]) + ": see lab 02"
