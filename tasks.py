@@ -391,11 +391,11 @@ def fix(c, variant, learner=None):
 
 @task(positional=["variant"], help={"variant": "a break (alias, id or number), or 'all' for every guard test",
                                     "dry_run": "only list the guard tests, without running them",
-                                    "learner": LEARNER_HELP})
+                                    "verbose": "also print pytest's own output", "learner": LEARNER_HELP})
 @refusing
-def check(c, variant, dry_run=False, learner=None):
+def check(c, variant, dry_run=False, learner=None, verbose=False):
     """Run a break's guard tests against your own source: green means your fix holds."""
-    code = _lab("exercises").check(variant, dry_run=dry_run, learner=_who(learner))
+    code = _lab("exercises").check(variant, dry_run=dry_run, learner=_who(learner), verbose=verbose)
     sys.exit(code)
 
 

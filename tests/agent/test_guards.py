@@ -97,8 +97,10 @@ def test_tool_call_cap_stops_distinct_calls():
 
 
 def test_the_breakers_discovery_call_is_not_charged_to_the_models_cap():
-    """max_tool_calls counts the model's own calls: the list_tenses call the breaker forces after three failures
-    leaves the model its fourth call (a cap that counted it would stop the run one call early)."""
+    """The list_tenses call the breaker forces is not charged to max_tool_calls.
+
+    After three failures the model still has its fourth call: a cap that counted the forced one would stop the
+    run one call early."""
     outcome, trace = run("stubborn", "What is the past simple of lovingly for she?", max_turns=50, max_tool_calls=4,
                          max_repeats=0, decline_out_of_grammar=False)
     assert outcome.stop_reason == "max_tool_calls"

@@ -346,3 +346,37 @@ def test_the_notebook_language_is_chosen_once(learner, capsys):
     assert progress.load(ROOT, learner)["lang"] == "es"
     exercises.hint("no-cap", learner)  # the hints follow the notebook's language
     assert "Pista 1 de 3" in capsys.readouterr().out
+
+
+PYTEST_RED = """____________________ test_turns_never_pass_max_turns ____________________
+tests/agent/test_properties.py:30: in test_turns_never_pass_max_turns
+E   AssertionError: Runaway: the tools were called 100 times
+Falsifying example: ...
+counterexample-json: {"en": "A model that answers for ever.", "es": "Un modelo que responde sin fin."}
+You can add @seed(1) to this test or run pytest with --hypothesis-seed=1 to reproduce this failure.
+1 failed, 4 passed in 1.00s
+"""
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_red_check_says_one_thing_per_failing_test_and_keeps_pytest_for_verbose(verbose, monkeypatch, capsys):
+    monkeypatch.setattr(exercises.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 1, PYTEST_RED, "git apply .hypothesis/patches/x"))
+    assert exercises.check("no-cap", verbose=verbose) == 1
+    out = capsys.readouterr().out
+    ours = out[out.index("✗"):]  # after pytest's own output, when asked for
+    assert " ".join(ours.split()) == (
+        "✗ A run never takes more turns than max_turns. A model that answers for ever. what the test saw: "
+        "AssertionError: Runaway: the tools were called 100 times 1 of 5 guard tests fail. `invoke check no-cap "
+        "--verbose` shows pytest's own output; `invoke hint no-cap` gives a hint.")
+    assert out.startswith("✗") != verbose
+    assert (".hypothesis/patches" in out) == verbose and ("@seed" in out) == verbose  # pytest's words: asked for
+
+
+def test_a_red_check_speaks_the_learners_language(learner, monkeypatch, capsys):
+    progress.update(ROOT, learner, lambda s: s.update(lang="es"))
+    monkeypatch.setattr(exercises.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, PYTEST_RED, ""))
+    assert exercises.check("no-cap", learner=learner) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "✗ Una ejecución nunca dura más turnos que max_turns."
+    assert "    Un modelo que responde sin fin." in out and "Fallan 1 de 5 pruebas de la guarda." in out

@@ -94,6 +94,31 @@ def _verified(learner: str | None, brk: Break) -> bool:
 
 
 TEXT = section("hints")
+CHECK = section("check")
+
+
+def _verdict(output: str, tests: list[str], code: int, lang: str, variant: str) -> None:
+    """What a learner reads first: one line per failing guard test, what it found, and how to see more."""
+    from .counterexamples import parse, titles
+
+    t = CHECK[lang]
+    if code == 0:
+        screen.console.print(t["green"].format(n=len(tests)), style="green", highlight=False)
+        return
+    names: dict[str, dict[str, str]] = {}
+    for path in dict.fromkeys(test.split("::")[0] for test in tests):
+        names.update(titles(ROOT / path))
+    failures = parse(output)
+    for name, (world, error) in failures.items():
+        title = names.get(name, {}).get(lang) or name
+        if title == name:  # no docstring: the test's name, read as words
+            title = name.removeprefix("test_").replace("_", " ").capitalize()
+        screen.console.print(f"✗ {title}", style="bold red", markup=False, highlight=False)
+        for line in (world or {}).get(lang, "").splitlines():
+            screen.console.print(f"    {line}", markup=False, highlight=False)
+        if error:
+            screen.console.print(f"    {t['saw']} {error}", markup=False, highlight=False)
+    screen.console.print(t["red"].format(failed=len(failures), n=len(tests), variant=variant), highlight=False)
 
 
 def hint(variant: str, learner: str, lang: str | None = None) -> int:
@@ -181,18 +206,28 @@ def watch_tree(variant: str, learner: str | None = None, lang: str | None = None
     return watch(variant, ROOT, lang=lang, max_runs=max_runs, console=screen.console, on_result=on_result)
 
 
-def check(variant: str, *, dry_run: bool = False, learner: str | None = None) -> int:
+def check(variant: str, *, dry_run: bool = False, learner: str | None = None, verbose: bool = False) -> int:
     """Run the guard tests of one break (or all of them) against the learner's own source.
 
     ``dry_run``: only collect them (pytest --collect-only), which proves they exist, and list them.
-    Green after the learner broke this break (and it is no longer applied): fixed and verified by them.
+    Red: a verdict line per failing test, in the learner's language, and the smallest counterexample in words;
+    pytest's own output only with ``verbose``. Green after the learner broke this break (and it is no longer
+    applied): fixed and verified by them.
     """
     tests = guard_tests(variant)
     state_readable(learner)
-    mode = ["--collect-only"] if dry_run else ["--timeout", "60"]
-    code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *mode, *tests],
-                          cwd=ROOT).returncode
-    if code == 0 and not dry_run and variant != ALL:
+    if dry_run:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+                               *tests], cwd=ROOT).returncode
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short",
+                          "--timeout", "60", *tests], cwd=ROOT, capture_output=True, text=True)
+    code = run.returncode
+    if verbose or code not in (0, 1):  # 2-5: the check itself is broken, and pytest says how
+        said = run.stdout + run.stderr
+        print(said, end="" if said.endswith("\n") else "\n")
+    if code in (0, 1):
+        _verdict(run.stdout, tests, code, progress.learner_lang(ROOT, learner) if learner else "en", variant)
+    if code == 0 and variant != ALL:
         brk = find(variant)
         if _verified(learner, brk):
             lang = progress.learner_lang(ROOT, learner)
