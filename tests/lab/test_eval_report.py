@@ -91,6 +91,8 @@ def test_the_report_has_every_figure_from_the_runs(stand_in):
     stand_in(outcome("she went", seconds=1.0), outcome("I ate", seconds=4.0, turns=3, calls={"conjugate": 2}),
              outcome("fallback", "max_turns", seconds=2.0), startup=0.75)
     report = run_eval(ITEMS[:3], settings, trace)
+    others, busy = report.pop("others_cpu_pct"), report.pop("machine_busy")  # read from the machine
+    assert (others is None or others >= 0) and busy is (others is not None and others >= 50)
     [opened] = StandInSession.opened
     assert opened.settings is settings and opened.trace is trace and opened.closed
     assert opened.asked == [item.question for item in ITEMS[:3]]
@@ -176,6 +178,16 @@ def test_the_printed_report_has_a_row_per_question_and_the_figures_below(capsys,
                                                                   "s"]
     assert out[-3:] == ["accuracy: 1/2 = 50.0%", "stop reasons: {'answered': 1, 'max_turns': 1}",
                         "latency p50 1.23 s, p95 2.50 s; start-up 0.76 s; total 4.2 s"]
+
+
+def test_the_report_says_when_other_programs_disturbed_its_times(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    print_report({**a_report(), "others_cpu_pct": 140, "machine_busy": True})
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "The machine was busy: other programs used 140 % of a core on average meanwhile, so these times are "
+        "disturbed (the answers are not). Run it again on a quieter machine to compare times with the docs.")
+    print_report({**a_report(), "others_cpu_pct": 3, "machine_busy": False})
+    assert "busy" not in capsys.readouterr().out
 
 
 def test_the_printed_report_colours_yes_and_no(monkeypatch):

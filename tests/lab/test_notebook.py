@@ -276,6 +276,22 @@ def test_an_exercised_run_is_scored_even_on_a_busy_machine(tmp_path):
     assert "The machine was busy during this run" in text and "exercised: no" not in text
 
 
+def test_on_a_busy_machine_the_figures_it_disturbed_are_shown_not_scored(tmp_path):
+    """Other programs took the CPU: the run's wall time, CPU and call count are theirs as much as the break's."""
+    observed = {**OBSERVED, "needs": {"tool_calls": 5}, "needs_met": True, "machine_busy": True,
+                "other_cpu_mean": 150.0}
+    prediction = {"outcome": "timeout", "wall_s": 1.0, "cpu_percent": 5.0, "tool_calls": 1.0, "processes_left": 0.0}
+    rows = {r.field: r for r in compare(prediction, observed)}
+    assert {f for f, r in rows.items() if r.note == "disturbed"} == {"wall_s", "cpu_percent", "tool_calls"}
+    assert all(rows[f].hit is None and rows[f].observed is not None for f in ("wall_s", "cpu_percent", "tool_calls"))
+    assert rows["outcome"].hit is True and rows["processes_left"].hit is True  # the run's own: scored
+    quiet = {r.field: r for r in compare(prediction, {**observed, "machine_busy": False})}
+    assert quiet["cpu_percent"].hit is False and quiet["cpu_percent"].note is None
+    console = Console(record=True, width=160)
+    console.print(render_comparison(list(rows.values()), "es"))
+    assert console.export_text().count("alterada: sin puntuar") == 3
+
+
 # --------------------------------------------------------------------------
 # The layout, and moving notebooks kept at the first one
 # --------------------------------------------------------------------------

@@ -157,9 +157,12 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_eval(items: list[EvalItem], settings: Settings, trace: Trace | None = None) -> dict:
     """Ask every item in one session; ``trace`` (optional) receives every run's events, one run after another."""
+    from ..processes import OtherPrograms, own_tree_seconds
+    from .harness.record import BUSY_OTHERS
     from .session import TutorSession
 
     logging.getLogger("miniagent").setLevel(logging.WARNING)  # the table says it all, not 30 log lines
+    others, own = OtherPrograms(), own_tree_seconds()
     started = time.monotonic()
     results = []
     with TutorSession(settings, trace) as session:
@@ -178,6 +181,8 @@ def run_eval(items: list[EvalItem], settings: Settings, trace: Trace | None = No
                 "seconds": outcome.stats.seconds,
             })
     latencies = [r["seconds"] for r in results]
+    elsewhere = others.cores(ours_s=own_tree_seconds() - own)  # what other programs took meanwhile (1.0 = a core)
+    others_pct = None if elsewhere is None else round(100 * elsewhere)
     correct = sum(r["correct"] for r in results)
     declines = [r for r in results if r["decline"]]
     return {
@@ -195,6 +200,8 @@ def run_eval(items: list[EvalItem], settings: Settings, trace: Trace | None = No
         "latency_p95_s": round(percentile(latencies, 0.95), 3),
         "startup_s": round(ready, 3),
         "total_s": round(time.monotonic() - started, 3),
+        # On a busy machine the times are the other programs' as much as the tutor's (the answers are not).
+        "others_cpu_pct": others_pct, "machine_busy": others_pct is not None and others_pct >= BUSY_OTHERS,
         "llm": settings.model.llm,
         "items": results,
     }
@@ -221,6 +228,10 @@ def print_report(report: dict) -> None:
     console.print(f"stop reasons: {report['stop_reasons']}")
     console.print(f"latency p50 {report['latency_p50_s']:.2f} s, p95 {report['latency_p95_s']:.2f} s; "
                   f"start-up {report['startup_s']:.2f} s; total {report['total_s']:.1f} s")
+    if report.get("machine_busy"):
+        console.print(f"[yellow]The machine was busy: other programs used {report['others_cpu_pct']} % of a core on "
+                      "average meanwhile, so these times are disturbed (the answers are not). Run it again on a "
+                      "quieter machine to compare times with the docs.[/]")
 
 
 def run_eval_cli(args, settings: Settings) -> int:

@@ -91,13 +91,19 @@ def exercised(observed: dict[str, Any]) -> bool:
     return observed.get("needs_met") is not False and not observed.get("signal")
 
 
+# What other programs change when they take the CPU: a busy loop gets less of it, runs slower and makes fewer
+# calls before its timeout. The outcome, the stop reason and the processes left are the run's own.
+DISTURBED_BY_A_BUSY_MACHINE = ("wall_s", "cpu_percent", "tool_calls")
+
+
 def compare(prediction: dict[str, Any], observed: dict[str, Any]) -> list[Row]:
     """One :class:`Row` per prediction field, in the order of :data:`FIELDS`.
 
     ``observed`` is the harness record (``cpu_mean``, a list ``processes_left``);
     it is mapped onto the prediction's field names first.  A run that never
     exercised the break (``needs_met`` False) scores nothing: every row is
-    "not exercised", because such a run says nothing about the prediction.
+    "not exercised", because such a run says nothing about the prediction. On a busy machine the figures other
+    programs disturbed are shown and marked "disturbed", not scored.
     """
     prediction = prediction or {}
     seen = observed_values(observed)
@@ -108,6 +114,8 @@ def compare(prediction: dict[str, Any], observed: dict[str, Any]) -> list[Row]:
         hit, rule = _judge(field, p, o)
         if not scored and p is not None:
             rows.append(Row(field, p, o, None, rule, note="crashed" if observed.get("signal") else "not exercised"))
+        elif observed.get("machine_busy") and field in DISTURBED_BY_A_BUSY_MACHINE and p is not None:
+            rows.append(Row(field, p, o, None, rule, note="disturbed"))
         else:
             rows.append(Row(field, p, o, hit, rule))
     return rows
@@ -116,7 +124,8 @@ def compare(prediction: dict[str, Any], observed: dict[str, Any]) -> list[Row]:
 def hit_word(hit: bool | None, predicted: Any, note: str | None = None, lang: str = "en") -> str:
     t = TEXT[lang]
     if note:
-        return {"not exercised": t["not_exercised"], "crashed": t["crashed_row"]}.get(note, note)
+        return {"not exercised": t["not_exercised"], "crashed": t["crashed_row"],
+                "disturbed": t["disturbed_row"]}.get(note, note)
     if hit is None:
         return t["not_predicted"] if predicted is None else t["not_observed"]
     return t["hit"] if hit else t["miss"]
