@@ -66,6 +66,50 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert 'lang="es"' in spanish_home.read_text(encoding="utf-8")
 
 
+def _tables():
+    sys.path.insert(0, str(ROOT / "docs_hooks"))
+    import tables
+
+    return tables
+
+
+@pytest.mark.parametrize("lang", ["en", "es"])
+def test_the_generated_tables_have_a_row_for_every_guard_stop_reason_and_lab(lang: str) -> None:
+    """The guard, stop-reason and labs tables are generated; a guard, a stop reason or a lab without its row fails."""
+    import inspect
+
+    from miniagent.agent import grounding, guards, scope
+    from miniagent.lab.words import words
+
+    tables = _tables()
+    said = words(lang)
+    assert set(said["stop_reasons"]) == tables.stop_reasons() == {
+        "answered", "max_turns", "max_tool_calls", "call_budget", "wall_clock", "auto_continue_limit",
+        "token_budget", "format_errors", "stuck", "out_of_grammar", "invalid_input", "model_failed", "context_full",
+        "cancelled", "server_failed"}
+    classes = {name for module in (guards, grounding, scope) for name, cls in inspect.getmembers(module, inspect.isclass)
+               if cls.__module__ == module.__name__ and cls.__name__ not in ("Grounds",)}
+    # Guards the loop carries without a class of their own: the plan's budget (in ToolCallCap), the per-tool
+    # timeout (WallClock.tool_timeout) and the final round (GrammarTutor.final_round).
+    assert set(said["guards"]) == classes | {"PlanBudget", "ToolTimeout", "FinalRound"}
+    table = tables.guards_table(lang)
+    for row in said["guards"].values():
+        assert row["name"] in table and (row.get("stop") is None or row["stop"] in tables.stop_reasons())
+        assert row.get("setting") is None or f"`{row['setting']}`" in table
+    labs = sorted(p.name for p in (DOCS / "labs").glob("[0-9][0-9]-*.md") if p.name.count(".") == 1)
+    listed = tables.labs_list(ROOT, lang)
+    assert [line.split("](labs/")[1].rstrip(")") for line in listed.splitlines()] == labs and len(labs) == 4
+    planted = {**said["stop_reasons"]}
+    planted.pop("stuck")
+    original = said["stop_reasons"]
+    said["stop_reasons"] = planted  # a stop reason without its row: the table refuses to be drawn
+    try:
+        with pytest.raises(KeyError, match="no row for \\['stuck'\\]"):
+            tables.stop_reasons_table(lang)
+    finally:
+        said["stop_reasons"] = original
+
+
 @pytest.mark.parametrize("page", ["03-failure-mode-tour.md", "03-failure-mode-tour.es.md"])
 def test_the_tour_predicts_every_break(page: str) -> None:
     """Lab 03's loop names each break by its alias: a break added to breaks/ must be added there too."""

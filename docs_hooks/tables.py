@@ -1,0 +1,82 @@
+"""The docs' tables that follow the code: the guards (Home), the stop reasons (theory 05), the labs' map (Home).
+
+Each row's words live in the lab's word tables (``[guards]``, ``[stop_reasons]``); the settings' defaults come
+from ``TutorConfig``, the stop reasons from the loop's error classes, the labs from ``docs/labs/``. A guard, a
+stop reason or a lab without its row fails ``tests/docs/test_docs.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+
+from miniagent.agent.config import TutorConfig
+from miniagent.agent.errors import Terminal
+from miniagent.lab.words import LANGS, words
+
+OUT = Path("build") / "generated"
+
+
+def stop_reasons() -> set[str]:
+    """Every stop reason a run can end with: ``answered`` and each Terminal error's own."""
+    found, todo = {"answered"}, [Terminal]
+    while todo:
+        cls = todo.pop()
+        found.add(cls.stop_reason)
+        todo += cls.__subclasses__()
+    return found - {Terminal.stop_reason}  # a class that names none of its own (CapHit) inherits Terminal's
+
+
+def _default(setting: str) -> str:
+    value = {f.name: f.default for f in fields(TutorConfig)}[setting]
+    return f"{value:g} s" if setting.endswith("_s") else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def guards_table(lang: str) -> str:
+    t = words(lang)["tables"]
+    lines = [t["guards_head"], "|---|---|---|"]
+    for row in words(lang)["guards"].values():
+        shown = row.get("shown") or (_default(row["setting"]) if row.get("setting") else "")
+        setting = f" (`{row['setting']}`, {shown})" if row.get("setting") else ""
+        stop = f"`{row['stop']}`" if row.get("stop") else f"({row['instead']})"
+        lines.append(f"| {row['name']}{setting} | {row['prevents']} | {stop} |")
+    return "\n".join(lines) + "\n"
+
+
+def stop_reasons_table(lang: str) -> str:
+    t = words(lang)["tables"]
+    ended = words(lang)["stop_reasons"]
+    missing = stop_reasons() - set(ended)
+    if missing:  # the build fails rather than show a table that leaves a stop reason out
+        raise KeyError(f"[stop_reasons] in the {lang} words has no row for {sorted(missing)}")
+    lines = [t["stops_head"], "|---|---|"] + [f"| `{reason}` | {text} |" for reason, text in ended.items()]
+    return "\n".join(lines) + "\n"
+
+
+def labs_list(root: Path, lang: str) -> str:
+    """Every lab page, by its own title, linked from the site's home page."""
+    suffix = ".md" if lang == "en" else f".{lang}.md"
+    lines = []
+    for page in sorted((root / "docs" / "labs").glob("[0-9][0-9]-*.md")):
+        if page.name.count(".") > 1:  # a translation: read below for its language
+            continue
+        source = page.with_name(page.name.removesuffix(".md") + suffix) if lang != "en" else page
+        title = re.sub(r"^#\s*", "", source.read_text(encoding="utf-8").splitlines()[0]).strip()
+        lines.append(f"- [{title}](labs/{page.name})")
+    return "\n".join(lines) + "\n"
+
+
+def write(root: Path) -> None:
+    """Every table, in every language, under ``root / OUT``."""
+    for lang in LANGS:
+        for name, text in ((f"guards.{lang}.md", guards_table(lang)),
+                           (f"stop-reasons.{lang}.md", stop_reasons_table(lang)), (f"labs.{lang}.md", labs_list(root, lang))):
+            path = root / OUT / name
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:  # an unchanged file keeps its mtime
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+
+
+def on_pre_build(config, **kwargs) -> None:  # the mkdocs hook (mkdocs.yml lists this file)
+    write(Path(config["config_file_path"]).resolve().parent)
