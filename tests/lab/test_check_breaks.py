@@ -14,7 +14,7 @@ import pytest
 from helpers import printed, repo_copy, screen_console
 
 from miniagent.agent.config import TutorConfig
-from miniagent.lab.catalogue import find
+from miniagent.lab.catalogue import catalogue, find
 from miniagent.lab.commands import counterexamples, maintainer
 from miniagent.lab.harness.record import RunRecord
 
@@ -296,3 +296,16 @@ def test_the_eval_table_is_every_set_scored_strictly_with_and_without_grounding(
     text = (tmp_path / "eval-unseen-scored-grounding-on.json").read_text(encoding="utf-8")
     assert text == json.dumps(json.loads(text), ensure_ascii=False, indent=1) + "\n" and "¿él fue?" in text
     assert json.loads(text)["accuracy"] == 0.75 and len(list(tmp_path.glob("eval-*.json"))) == 12
+
+
+def test_the_whole_catalogue_says_how_far_the_check_is(monkeypatch, tree):
+    """Seventeen breaks take minutes: each line says how many are done, the time so far and about how long is left."""
+    console = screen_console(monkeypatch, colours=False)
+    StandIns(monkeypatch)
+    maintainer.check_breaks(root=tree)  # every break gets break 00's record: most of them FAIL here, no matter
+    lines = printed(console)[:-1]
+    total = len(catalogue(tree))
+    assert len(lines) == total == 17
+    for done, line in enumerate(lines, 1):
+        left = r", about \d+:\d\d left" if done < total else ""
+        assert re.search(rf" · {done}/{total}, \d+:\d\d so far{left}$", line), line

@@ -111,6 +111,31 @@ def test_the_report_has_every_figure_from_the_runs(stand_in):
     assert type(report["items"][0]["tool_calls"]) is dict
 
 
+def test_each_question_done_is_told_to_the_progress_bar(stand_in):
+    stand_in(outcome("she went"), outcome("I ate"), outcome("x"))
+    told = []
+    run_eval(ITEMS[:3], Settings(), on_item=lambda done, total: told.append((done, total)))
+    assert told == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_the_bar_shows_only_in_a_terminal():
+    from miniagent.lab.evaluation import _progress
+
+    with _progress(shown=False) as on_item:
+        assert on_item is None  # --json, or stderr piped: nothing but the report
+    with _progress(shown=True) as on_item:
+        on_item(1, 2)
+
+
+def test_a_long_command_says_how_far_it_is(monkeypatch):
+    from miniagent.lab.commands import screen
+
+    monkeypatch.setattr(screen.time, "monotonic", lambda: 130.0)
+    assert screen.so_far(0, 17, 100.0) == "0/17, 0:30 so far"
+    assert screen.so_far(3, 17, 100.0) == "3/17, 0:30 so far, about 2:20 left"
+    assert screen.so_far(17, 17, 100.0) == "17/17, 0:30 so far"
+
+
 def test_figures_are_rounded_as_the_report_says(stand_in):
     stand_in(outcome("she went", seconds=1.23456), outcome("x", seconds=2.34567), outcome("x", seconds=0.5),
              startup=0.12345)
@@ -227,22 +252,22 @@ def test_the_command_line_refuses_a_bad_set_with_status_2(tmp_path, capsys):
 def test_the_command_line_reads_the_default_set_limits_it_and_prints_json(monkeypatch, capsys):
     seen = {}
 
-    def fake_run(items, settings, trace=None):
-        seen.update(items=items, settings=settings, trace=trace)
+    def fake_run(items, settings, trace=None, on_item=None):
+        seen.update(items=items, settings=settings, trace=trace, on_item=on_item)
         return a_report(llm="é")
 
     monkeypatch.setattr(evaluation, "run_eval", fake_run)
     settings = Settings()
     assert run_eval_cli(args(limit=3, json=True), settings) == 0
     assert seen["items"] == evaluation.load_eval_set(evaluation.DEFAULT_SET)[:3] and seen["settings"] is settings
-    assert seen["trace"] is None
+    assert seen["trace"] is None and seen["on_item"] is None  # --json: no progress bar
     out = capsys.readouterr().out
     assert json.loads(out) == a_report(llm="é") and '"é"' in out
 
 
 def test_the_command_line_prints_the_table_without_json_and_closes_its_trace(monkeypatch, capsys, tmp_path):
     seen = {}
-    monkeypatch.setattr(evaluation, "run_eval", lambda items, settings, trace=None: seen.update(
+    monkeypatch.setattr(evaluation, "run_eval", lambda items, settings, trace=None, on_item=None: seen.update(
         n=len(items), trace=trace) or a_report())
     monkeypatch.setattr(evaluation, "print_report", lambda report: print("TABLE", report["n"]))
     assert run_eval_cli(args(trace=str(tmp_path / "t.jsonl")), Settings()) == 0
@@ -254,7 +279,7 @@ def test_the_command_line_prints_the_table_without_json_and_closes_its_trace(mon
 def test_the_trace_is_closed_even_when_the_eval_fails(monkeypatch, tmp_path):
     traces = []
 
-    def fails(items, settings, trace=None):
+    def fails(items, settings, trace=None, on_item=None):
         traces.append(trace)
         raise RuntimeError("the model failed")
 

@@ -483,6 +483,9 @@ def test_the_tour_runs_every_break_and_scores_the_predicted_ones(shown, monkeypa
            f"--learner {learner}`, then fill it in, to be scored)" in " ".join(text.split())
     assert "no prediction for 03-no-dedup" not in text
     assert "03-no-dedup: " + find("no-dedup").title["en"] in text
+    # each break's heading says how far the tour is: none done before the first, 3 before break 03
+    assert re.search(r"00-no-cap: .* · 0/17, \d+:\d\d so far", " ".join(text.split()))
+    assert re.search(r"03-no-dedup: .* · 3/17, \d+:\d\d so far, about \d+:\d\d left", " ".join(text.split()))
 
 
 def test_the_tour_reports_an_unpredicted_break_in_the_named_learners_language(shown, monkeypatch, learner):

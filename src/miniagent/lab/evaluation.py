@@ -20,6 +20,7 @@ the dreaming tense): it is right only when the run ends ``out_of_grammar`` namin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -27,6 +28,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ..agent.trace import Trace
 from ..settings import Settings
@@ -155,8 +157,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def run_eval(items: list[EvalItem], settings: Settings, trace: Trace | None = None) -> dict:
-    """Ask every item in one session; ``trace`` (optional) receives every run's events, one run after another."""
+def run_eval(items: list[EvalItem], settings: Settings, trace: Trace | None = None,
+             on_item: Callable[[int, int], None] | None = None) -> dict:
+    """Ask every item in one session; ``trace`` (optional) receives every run's events, one run after another;
+    ``on_item(done, total)`` is told after each question (a progress bar)."""
     from ..processes import OtherPrograms, own_tree_seconds
     from .harness.record import BUSY_OTHERS
     from .session import TutorSession
@@ -180,6 +184,8 @@ def run_eval(items: list[EvalItem], settings: Settings, trace: Trace | None = No
                 "tool_calls": dict(outcome.stats.tool_calls),
                 "seconds": outcome.stats.seconds,
             })
+            if on_item is not None:
+                on_item(len(results), len(items))
     latencies = [r["seconds"] for r in results]
     elsewhere = others.cores(ours_s=own_tree_seconds() - own)  # what other programs took meanwhile (1.0 = a core)
     others_pct = None if elsewhere is None else round(100 * elsewhere)
@@ -234,6 +240,22 @@ def print_report(report: dict) -> None:
                       "quieter machine to compare times with the docs.[/]")
 
 
+@contextlib.contextmanager
+def _progress(shown: bool):
+    """A bar on stderr while the questions run (in a terminal only: --json and pipes stay clean)."""
+    if not shown:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    with Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("eval", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
 def run_eval_cli(args, settings: Settings) -> int:
     try:
         items = load_eval_set(args.eval_set or DEFAULT_SET)
@@ -244,7 +266,8 @@ def run_eval_cli(args, settings: Settings) -> int:
         items = items[: args.limit]
     trace = Trace.to_path(args.trace) if args.trace else None
     try:
-        report = run_eval(items, settings, trace)
+        with _progress(shown=not args.json and sys.stderr.isatty()) as on_item:
+            report = run_eval(items, settings, trace, on_item)
     finally:
         if trace is not None:
             trace.close()

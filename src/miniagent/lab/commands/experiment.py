@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -246,9 +247,9 @@ def tour(learner: str | None = None, *, as_json: bool = False, llm: str | None =
 
 
 def _tour_runs(learner: str | None, as_json: bool, llm: str | None) -> list[dict]:
-    results = []
-    for brk in catalogue():
-        screen.console.rule(escape(f"{brk.id}: {brk.title['en']}"))
+    results, breaks, started = [], catalogue(), time.monotonic()
+    for done, brk in enumerate(breaks):
+        screen.console.rule(escape(f"{brk.id}: {brk.title['en']} · {screen.so_far(done, len(breaks), started)}"))
         prediction = notebook.read_prediction(ROOT, learner, brk.id) if learner else None
         if learner and prediction is None:
             screen.console.print(f"(no prediction for {brk.id} in your notes, or every value still `?`: "

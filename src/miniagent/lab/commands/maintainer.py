@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Iterator
@@ -46,11 +47,13 @@ def check_breaks(*, use_ci_models: bool = True, only: str | None = None, under_l
     selected = [find(only, root)] if only is not None else catalogue(root)  # "" or an unknown name: refused
     with (busy_core() if under_load else contextlib.nullcontext()):
         intact = _named_tests_on_intact_source(selected, root)
-        for brk in selected:
+        started = time.monotonic()
+        for done, brk in enumerate(selected, 1):
             problems, record = intact.get(brk.id) or _check_one(brk, use_ci_models, under_load, root)
             status = "[green]ok[/]" if not problems else "[red]FAIL[/] " + escape("; ".join(problems))
             shown = f" [dim]({escape(summary(record))})[/]" if record is not None else ""
-            screen.console.print(f"{brk.id}: {status}{shown}")
+            far = f" [dim]· {screen.so_far(done, len(selected), started)}[/]" if len(selected) > 1 else ""
+            screen.console.print(f"{brk.id}: {status}{shown}{far}")
             failures += [f"{brk.id}: {p}" for p in problems]
     if source_digest(root / "src") != original:
         failures.append("the check changed src/")
