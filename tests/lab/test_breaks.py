@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -334,3 +335,24 @@ def test_the_answer_expectation_fails_only_when_the_answer_is_the_right_one(answ
     failures = Expect(answer_not="I flew").failures({"answer": answer})
     assert failures == (["the answer is 'I flew', the right one"] if fails else [])
     assert Expect(answer_not="I flew").describe() == "answer_not I flew"
+
+
+@pytest.mark.parametrize("brk", catalogue(), ids=lambda b: b.id)
+def test_the_hints_lead_from_the_symptom_to_the_place_to_what_to_write(brk):
+    """Hint 2 names the file the break changes and a function (or class) of it; hint 3 names what the break took
+    out."""
+    patch = brk.patch.read_text(encoding="utf-8")
+    files = [line[len("+++ b/"):] for line in patch.splitlines() if line.startswith("+++ b/")]
+    removed = "\n".join(line[1:] for line in patch.splitlines() if line.startswith("-") and not line.startswith("---"))
+    for lang in ("en", "es"):
+        first, where, what = brk.hints[lang]
+        assert where.startswith(("Where: ", "Dónde: ")) and what.startswith(("What to write: ", "Qué escribir: "))
+        named = re.findall(r"`([^`]+)`", where)
+        assert set(files) & set(named), f"{brk.id} ({lang}): hint 2 names none of {files}"
+        code = "\n".join((ROOT / f).read_text(encoding="utf-8") for f in files)
+        functions = [n for n in named if re.search(rf"(def|class) {re.escape(n.split('.')[-1])}\b", code)]
+        assert functions, f"{brk.id} ({lang}): hint 2 names no function of {files}"
+        # What to write: at least one name the break took out (or changed) of the code, written as code.
+        taken = {t for t in re.findall(r"[A-Za-z_][\w.]*", removed) if len(t) > 3}
+        written = {w for chunk in re.findall(r"`([^`]+)`", what) for w in re.findall(r"[A-Za-z_][\w.]*", chunk)}
+        assert taken & written, f"{brk.id} ({lang}): hint 3 names nothing the break took out"
