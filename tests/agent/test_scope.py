@@ -50,7 +50,8 @@ def test_a_modals_refusal_keeps_its_stand_in():
 
 @pytest.mark.parametrize("question, language", [
     ("Conjuga 'eat' en el tiempo soñador para 'yo'.", "es"), ("¿Cuál es el pasado de 'go' para ella?", "es"),
-    ("What is the past of go for she?", "en"), ("What is the past of 'yo' for she?", "en"),
+    ("What is the past of go for she?", "en"), ("What is the past of 'yo' for she?", "en"),  # one Spanish word
+    ("What is the pasado of go para she?", "es"),  # two are enough
 ])
 def test_the_no_is_said_in_the_questions_language(question, language):
     assert language_of(question) == language
@@ -72,6 +73,31 @@ def test_a_quoted_noun_is_declined_though_grounding_also_offers_what_its_ending_
     scope.start("¿Cuál es el presente perfecto de 'happiness' para 'ellos'?")
     with pytest.raises(OutOfGrammar):
         scope.saw_error("happiness", "'happiness' is not a verb (it is a noun).")
+
+
+def test_the_unit_declines_a_refused_word_of_a_question_that_offers_no_verb():
+    """Nothing the question says may be its verb ("can" is a word of the request): a refused word of it is enough."""
+    scope = GrammarScope(enabled=True)
+    scope.start("Can you give the past simple for she?")
+    with pytest.raises(OutOfGrammar):
+        scope.saw_error("can", "'can' is not a verb (it is a modal verb, which has no full conjugation).")
+
+
+def test_the_unit_hears_only_a_refusal_of_the_word_called():
+    scope = GrammarScope(enabled=True)
+    scope.start("What is the past simple of 'blorf' for she?")
+    scope.saw_error("blorf", "'went' is the past of 'go'; give the base form 'go'.")  # a correction, not a no
+    scope.saw_error("blorf", "Unknown tense 'x'. Valid tenses: ...")  # another argument's error
+    scope.saw_error("blurf", "'blorf' is not an English verb I know (it is not in the verb lexicon).")  # not called
+    assert scope.refused == set()
+    with pytest.raises(OutOfGrammar):
+        scope.saw_error("blorf", "'blorf' is not an English verb I know (it is not in the verb lexicon).")
+
+
+def test_a_scope_that_has_read_no_question_declines_nothing_and_speaks_english():
+    scope = GrammarScope(enabled=True)
+    scope.saw_error("blorf", "'blorf' is not an English verb I know (it is not in the verb lexicon).")
+    assert scope.text("tense", "dreaming").startswith("I cannot answer that: there is no 'dreaming' tense")
 
 
 def test_the_unit_ignores_a_refused_word_the_question_never_offered():
@@ -96,7 +122,7 @@ def run(question, behaviour="literal", **overrides):
 def test_a_made_up_tense_is_declined_before_any_model_call():
     outcome, trace = run("What is the dreaming tense of eat for I?")
     assert outcome.stop_reason == "out_of_grammar" and outcome.stats.turns == 0
-    assert "there is no 'dreaming' tense" in outcome.answer and ", ".join(TENSES) in outcome.answer
+    assert "there is no 'dreaming' tense" in outcome.answer and f"The 12 I know: {', '.join(TENSES)}." in outcome.answer
     guard = [e for e in trace.events if e["event"] == "guard"]
     assert guard == [{"event": "guard", "name": "out_of_grammar", "kind": "tense", "word": "dreaming",
                       "t": guard[0]["t"]}]

@@ -15,6 +15,8 @@ from miniagent.tools.subjects import person_of_subject
     ("John", "3rd singular"), ("Mrs Smith", "3rd singular"), ("Maria and I", "1st plural"),
     ("my brother and me", "1st plural"), ("you and John", "2nd plural"), ("Peter and Paul", "3rd plural"),
     ("the sheep", "3rd singular"),  # no -s to undo: read as one
+    ("my two sisters", "3rd plural"), ("the big dog", "3rd singular"),  # the noun is the last word
+    ("Tom And I", "1st plural"),
 ])
 def test_a_subject_has_the_person_its_words_give(subject, person):
     assert person_of_subject(subject) == person == normalize_person(subject)

@@ -50,7 +50,7 @@ def made_up_tense(question: str) -> str:
     for pattern in (_ENGLISH_TENSE_RE, _SPANISH_TENSE_RE):
         for match in pattern.finditer(question):
             word = match.group(1).lower()
-            if word not in _NOT_A_TENSE_NAME and word not in TENSE_WORDS and word not in ("tense", "tiempo"):
+            if word not in _NOT_A_TENSE_NAME and word not in TENSE_WORDS:
                 return match.group(1)
     return ""
 
@@ -70,11 +70,11 @@ class GrammarScope:
         self.enabled = enabled
         self.candidates: set[str] = set()
         self.words: set[str] = set()
-        self.refused: dict[str, str] = {}
+        self.refused: set[str] = set()
         self.language = "en"
 
     def start(self, question: str) -> None:
-        self.language, self.refused = language_of(question), {}
+        self.language, self.refused = language_of(question), set()
         self.words = set(words(question))
         # The words the question names, not the stems grounding adds for a quoted form ('happiness' -> 'happines'):
         # a guess at what a word comes from is no word of the question that the tool could still accept.
@@ -89,9 +89,9 @@ class GrammarScope:
         word, sentence = refused_verb(error)
         if not (self.enabled and word and word == verb and word in (self.candidates or self.words)):
             return
-        self.refused[word] = sentence
-        if self.candidates <= set(self.refused):
-            raise OutOfGrammar("verb", word, self.text("verb", word, sentence))
+        self.refused.add(word)
+        if self.candidates <= self.refused:
+            raise OutOfGrammar("verb", word, self.text("verb", reason=sentence))
 
-    def text(self, kind: str, word: str, reason: str = "") -> str:
+    def text(self, kind: str, word: str = "", reason: str = "") -> str:
         return TEXTS[self.language][kind].format(word=word, reason=reason, n=len(TENSES), tenses=", ".join(TENSES))
