@@ -12,20 +12,10 @@ from dataclasses import fields
 from pathlib import Path
 
 from miniagent.agent.config import TutorConfig
-from miniagent.agent.errors import Terminal
+from miniagent.agent.errors import stop_reasons
 from miniagent.lab.words import LANGS, words
 
 OUT = Path("build") / "generated"
-
-
-def stop_reasons() -> set[str]:
-    """Every stop reason a run can end with: ``answered`` and each Terminal error's own."""
-    found, todo = {"answered"}, [Terminal]
-    while todo:
-        cls = todo.pop()
-        found.add(cls.stop_reason)
-        todo += cls.__subclasses__()
-    return found - {Terminal.stop_reason}  # a class that names none of its own (CapHit) inherits Terminal's
 
 
 def _default(setting: str) -> str:

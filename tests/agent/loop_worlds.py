@@ -15,22 +15,13 @@ from trace_steps import call_key, is_final_piece, turns
 from world_words import describe_world
 
 from miniagent.agent.actions import InvalidAction, parse_action
-from miniagent.agent.errors import Terminal
+from miniagent.agent.errors import stop_reasons
 from miniagent.agent.loop import FINAL_ROUND_AFTER
 
 FINAL_ROUND_REASONS = {cls.stop_reason for cls in FINAL_ROUND_AFTER}
 
 
-def _all_stop_reasons() -> set[str]:
-    seen, todo = set(), [Terminal]
-    while todo:
-        cls = todo.pop()
-        seen.add(cls.stop_reason)
-        todo += cls.__subclasses__()
-    return (seen - {"terminal"}) | {"answered"}
-
-
-STOP_REASONS = _all_stop_reasons()
+STOP_REASONS = stop_reasons()
 
 # Worlds that the generated ones reach too rarely for the profile `invoke mutants` uses (30 examples per property):
 # each one is an @example of the properties that catch a mutant of the loop in it (tests/mutants-explained.md).

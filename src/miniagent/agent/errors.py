@@ -12,6 +12,16 @@ Two families, never mixed up:
 from __future__ import annotations
 
 
+def stop_reasons() -> set[str]:
+    """Every stop reason a run can end with: "answered", and each Terminal error's own."""
+    found, todo = {"answered"}, [Terminal]
+    while todo:
+        cls = todo.pop()
+        found.add(cls.stop_reason)
+        todo += cls.__subclasses__()
+    return found - {Terminal.stop_reason}  # a class that names none of its own (CapHit) inherits Terminal's
+
+
 class Recoverable(Exception):
     """The model can do something about this: show it and continue."""
 

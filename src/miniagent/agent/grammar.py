@@ -47,8 +47,15 @@ MODALS = frozenset("can could may might must shall should will would ought".spli
 # Words that open a subject that is no pronoun: "the cat", "my sisters", "these books".
 DETERMINERS = frozenset("the a an my your his her its our their this that these those some no any all each every "
                         "another both many several few".split())
-SUBJECT_PRONOUNS = frozenset("i me you he him she her it we us they them".split())
+# Each case of a subject pronoun, and the pronoun of PRONOUNS it is ("me and Maria" is "Maria and I").
+SUBJECT_PRONOUNS: dict[str, str] = {"i": "I", "me": "I", "you": "you", "he": "he", "him": "he", "she": "she",
+                                    "her": "she", "it": "it", "we": "we", "us": "we", "they": "they", "them": "they"}
 MAX_SUBJECT_WORDS = 6
+
+
+def subject_parts(text: str) -> list[str]:
+    """The subjects a coordinated one joins ("Maria and I" -> ["Maria", "I"]); one part for any other."""
+    return " ".join(text.split()).replace(" And ", " and ").split(" and ")
 
 
 def is_subject_phrase(text: str) -> bool:
@@ -57,7 +64,7 @@ def is_subject_phrase(text: str) -> bool:
     said = text.split()
     if not 1 <= len(said) <= MAX_SUBJECT_WORDS or not all(w.replace("'", "").replace("-", "").isalpha() for w in said):
         return False
-    parts = " ".join(said).replace(" And ", " and ").split(" and ")
+    parts = subject_parts(text)
     if len(parts) > 1:
         return all(p.lower() in SUBJECT_PRONOUNS or _one_subject(p.split()) for p in parts)
     return _one_subject(said)

@@ -200,8 +200,8 @@ def _quoted(question: str) -> list[str]:
 
 
 def _may_be_verb(word: str, *, quoted: bool) -> bool:
-    """``quoted``: the question points at the word (quotes, or "of" before a modal), so the request's own words
-    may be it."""
+    """``quoted``: the question points at the word (quotes, or right after "of", "verb", "conjugate"), so a word
+    of the request may be it."""
     if word in PERSON_WORDS or word in TENSE_WORDS:
         return False
     return quoted or word not in NOT_VERBS

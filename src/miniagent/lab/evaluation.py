@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..agent.errors import OutOfGrammar
 from ..agent.trace import Trace
 from ..settings import Settings
 
 DEFAULT_SET = Path("labs/01-tutor-end-to-end/eval.jsonl")
 _FORMAT = '{"question": "...", "accept": ["she went", ...]} or {"question": "...", "decline": "<the word>"}'
-DECLINED = "out_of_grammar"
 
 
 @dataclass
@@ -120,7 +120,7 @@ def is_correct(answer: str, accept: list[str]) -> bool:
 def is_right(item: EvalItem, answer: str, stop_reason: str) -> bool:
     """An answer item: answered with an accepted form. A declined one: out_of_grammar, naming the word."""
     if item.decline:
-        return stop_reason == DECLINED and f"'{item.decline.lower()}'" in answer.lower()
+        return stop_reason == OutOfGrammar.stop_reason and f"'{item.decline.lower()}'" in answer.lower()
     # only an answer counts: a fallback, even one holding the final round's answer, is not one
     return stop_reason == "answered" and is_correct(answer, item.accept)
 
