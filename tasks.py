@@ -482,11 +482,12 @@ def tour(c, learner=None, json=False, llm=None):
 
 @task(name="check-breaks", help={"real": "use each break's own model instead of the fast CI model",
                                  "only": "check one break",
-                                 "under_load": "keep one core busy with another process during the whole check"})
+                                 "under_load": "keep one core busy with another process during the whole check",
+                                 "lines": "also: a fix that leaves out any one removed line or term stays red"})
 @refusing
-def check_breaks(c, real=False, only=None, under_load=False):
+def check_breaks(c, real=False, only=None, under_load=False, lines=False):
     """Maintainer check: each break applies, is caught by its tests, shows its symptom, reverts exactly."""
-    sys.exit(_lab("maintainer").check_breaks(use_ci_models=not real, only=only, under_load=under_load))
+    sys.exit(_lab("maintainer").check_breaks(use_ci_models=not real, only=only, under_load=under_load, lines=lines))
 
 
 @task(name="docs-results", help={"only": "one break only"})

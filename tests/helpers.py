@@ -35,17 +35,21 @@ NAPS_60_S = "for _ in range(600): time.sleep(0.1)"
 class FakeTools:
     """Answers like the MCP server, in-process, with optional slowness or failure."""
 
-    def __init__(self, *, delay: float = 0.0, hang: bool = False, fail_with: Exception | None = None):
+    def __init__(self, *, delay: float = 0.0, hang: bool = False, fail_with: Exception | None = None,
+                 hangs_on: tuple[str, ...] = (), hang_at_most: float | None = None):
+        """``hang``: every call waits out its timeout (``hangs_on``: only these tools); ``hang_at_most`` caps
+        the wait, so that a test of the timeout a call was given need not sit through a wrong one."""
         preload()  # as the real server does before serving: no call pays for loading the verb lexicon
         self.delay, self.hang, self.fail_with = delay, hang, fail_with
+        self.hangs_on, self.hang_at_most = hangs_on, hang_at_most
         self.calls: list[tuple[str, dict, float | None]] = []
 
     def call(self, tool: str, args: dict, timeout: float | None = None) -> str:
         self.calls.append((tool, dict(args), timeout))
         if self.fail_with is not None:
             raise self.fail_with
-        if self.hang:
-            time.sleep(timeout or 0)
+        if self.hang or tool in self.hangs_on:
+            time.sleep(min(timeout or 0, self.hang_at_most if self.hang_at_most is not None else float("inf")))
             raise ToolTimeout(f"no answer within {timeout:.2f} s")
         if self.delay:
             if timeout is not None and self.delay > timeout:

@@ -87,12 +87,12 @@ LEARNER_TASKS = {
     "tour": (lambda c: tasks.tour(c, learner="bob", json=True, llm="scripted:oracle"),
              ("experiment", "tour", ("bob",), {"as_json": True, "llm": "scripted:oracle"})),
     "tour, nothing given": (lambda c: tasks.tour(c), ("experiment", "tour", (None,), {"as_json": False, "llm": None})),
-    "check-breaks": (lambda c: tasks.check_breaks(c, real=True, only="no-cap", under_load=True),
+    "check-breaks": (lambda c: tasks.check_breaks(c, real=True, only="no-cap", under_load=True, lines=True),
                      ("maintainer", "check_breaks", (), {"use_ci_models": False, "only": "no-cap",
-                                                         "under_load": True})),
+                                                         "under_load": True, "lines": True})),
     "check-breaks, nothing given": (lambda c: tasks.check_breaks(c),
                                     ("maintainer", "check_breaks", (), {"use_ci_models": True, "only": None,
-                                                                        "under_load": False})),
+                                                                        "under_load": False, "lines": False})),
 }
 
 

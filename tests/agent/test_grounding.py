@@ -174,7 +174,8 @@ def test_a_proposal_does_not_ground_a_question_that_named_no_verb():
 
 
 class Repeater:
-    """Calls conjugate twice with the same arguments (dedup answers the second), then answers."""
+    """Calls conjugate, then list_tenses (whose result grounds nothing), then conjugate again with the same
+    arguments (dedup answers it), then answers."""
 
     name = "repeater"
 
@@ -184,12 +185,14 @@ class Repeater:
     def next_action(self, scratchpad, **kwargs):
         self.given.append(kwargs.get("grounds"))
         calls = sum(1 for e in scratchpad if e.role == "action")
-        text = ('{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}' if calls < 2
-                else '{"answer": "She went."}')
+        conjugate = '{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}'
+        text = [conjugate, '{"tool": "list_tenses"}', conjugate][calls] if calls < 3 else '{"answer": "She went."}'
+
         return ModelReply(text, "stop", 10, 10, 0.0)
 
 
 def test_a_repeat_that_dedup_answers_still_grounds_the_answer():
     model = Repeater()
     GrammarTutor(model, Tools(), TutorConfig(), Trace.memory()).run("What is the past simple of go for she?")
-    assert model.given[2] is not None and model.given[2].answer == "she went"
+    assert model.given[2] is not None and model.given[2].answer == ""  # after list_tenses: nothing to say yet
+    assert model.given[3] is not None and model.given[3].answer == "she went"

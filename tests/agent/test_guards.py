@@ -130,6 +130,9 @@ def test_identical_calls_are_not_executed_again():
     assert outcome.stats.identical_calls == 5
     assert outcome.stop_reason == "max_turns"  # with the stuck detector off, the turn cap ends a model that ignores the nudge
     assert "dedup" in guards_tripped(trace)
+    # the trace says which call was answered from memory, so a learner reading it sees what repeated
+    dedups = [e for e in trace.events if e["event"] == "guard" and e["name"] == "dedup"]
+    assert all(e["tool"] == "conjugate" and e["args"] == tools.calls[0][1] for e in dedups)
 
 
 # --- consecutive-failure breaker ----------------------------------------------------------------
@@ -147,6 +150,8 @@ def test_breaker_forces_discovery_and_the_model_recovers():
     assert outcome.stats.tool_calls["list_tenses"] == 1
     assert outcome.stats.tool_errors == 3
     assert "failure_breaker" in guards_tripped(trace)
+    [tripped] = [e for e in trace.events if e["event"] == "guard" and e["name"] == "failure_breaker"]
+    assert tripped["after"] == 3  # the trace says after how many failures in a row
     assert outcome.stop_reason == "answered" and outcome.answer == "she went"
     forced = [(e["event"], e.get("tool")) for e in trace.events if e.get("forced")]
     assert forced == [("tool_call", "list_tenses"), ("tool_result", "list_tenses")]  # its answer is on record too
@@ -237,6 +242,18 @@ def test_wall_clock_ends_a_run_of_slow_tools():
     elapsed = time.monotonic() - started
     assert outcome.stop_reason == "wall_clock"
     assert elapsed < 1.6, f"the run outlived its 1 s budget: {elapsed:.2f} s"
+
+
+def test_no_tool_call_may_wait_past_what_is_left_of_the_run():
+    """A 30 s per-call timeout is cut to the 0.5 s the run has: for the model's calls and the breaker's discovery."""
+    tools = FakeTools(hang=True, hang_at_most=0.6)  # a wait the clock did not cut is seen, not sat through
+    outcome, _ = run("stubborn", tools=tools, tool_timeout_s=30.0, wall_clock_s=0.5, max_turns=10)
+    assert tools.calls and all(timeout <= 0.5 for _, _, timeout in tools.calls)
+    assert outcome.stop_reason == "wall_clock"
+    discovery = FakeTools(hangs_on=("list_tenses",), hang_at_most=0.6)  # the model's calls fail at once
+    outcome, _ = run("clumsy", tools=discovery, tool_timeout_s=30.0, wall_clock_s=0.5, max_turns=10)
+    [(_, _, timeout)] = [call for call in discovery.calls if call[0] == "list_tenses"]
+    assert timeout <= 0.5
 
 
 def test_per_tool_timeout_reaches_the_tool_and_is_cut_by_the_wall_clock():
@@ -376,6 +393,8 @@ def test_every_cap_ends_with_a_non_empty_fallback_and_its_reason(behaviour, limi
     assert outcome.answer.strip() and f"stop_reason: {reason}" in outcome.answer
     assert trace.events[-1]["stop_reason"] == reason
     assert reason in guards_tripped(trace), "the guard that ended the run is in the trace"
+    [stopped] = [e for e in trace.events if e["event"] == "guard" and e["name"] == reason]
+    assert stopped["detail"].strip(), "and says what it counted"
 
 
 def test_one_summary_line_per_run(caplog):

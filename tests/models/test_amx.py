@@ -258,4 +258,4 @@ def test_ci_checks_every_break_on_the_real_model_after_the_suite_and_fails_on_ei
     proc = subprocess.run(["bash", "-c", stub + tail.replace(".venv/bin/invoke", "invoke")], capture_output=True,
                           text=True)
     assert proc.returncode == status, proc.stderr
-    assert calls.read_text().splitlines() == ["test", "check-breaks --real"]
+    assert calls.read_text().splitlines() == ["test", "check-breaks --real --lines"]

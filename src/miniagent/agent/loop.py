@@ -114,9 +114,9 @@ class GrammarTutor:
                 if answer is not None:
                     return self.finish(answer, "answered")
         except ServerFailed as failure:
-            return self.finish(server_failure_text(failure, self.stats), "server_failed")
+            return self.finish(server_failure_text(failure, self.stats), ServerFailed.stop_reason)
         except ModelFailed as failure:
-            return self.finish(model_failure_text(failure, self.stats), "model_failed")
+            return self.finish(model_failure_text(failure, self.stats), ModelFailed.stop_reason)
         except OutOfGrammar as no:  # the honest "no": what the grammar lacks, never a form it made up
             self.trace.emit("guard", name=no.stop_reason, kind=no.kind, word=no.word)
             return self.finish(no.reason, no.stop_reason)

@@ -177,6 +177,9 @@ class Break:
     hints: dict[str, list[str]]
     folder: Path
     docs: dict = field(default_factory=dict)
+    # Pieces of the patch a fix may leave out and stay right ({"piece": label, "why": {"en", "es"}}): see
+    # lab/commands/partial_fixes.py, which names the pieces.
+    cosmetic: list[dict] = field(default_factory=list)
 
     @property
     def alias(self) -> str:
@@ -216,6 +219,8 @@ class Break:
             symptom={key: both(text, f"symptom.{key}") for key, text in symptom.items()},
             expect=Expect(**data["check"].get("expect", {})), hidden_cause=both(data["hidden_cause"], "hidden_cause"),
             hints=hints(data["hints"]), folder=folder, docs=data.get("docs", {}),
+            cosmetic=[{"piece": c["piece"], "why": both(c.get("why"), "check.cosmetic.why")}
+                      for c in data["check"].get("cosmetic", [])],
         )
 
 

@@ -180,3 +180,55 @@ def digest(base: Path, files) -> dict[str, str]:
 
 def source_digest(src: Path) -> dict[str, str]:
     return digest(src, src.rglob("*.py"))
+
+
+# --- a patch read hunk by hunk (the maintainer check's partial fixes) ------------------------------------
+@dataclass(frozen=True)
+class Hunk:
+    """One hunk of a unified diff: where it starts in the intact file and its lines, each tagged ' ', '-' or '+'."""
+
+    file: str
+    old_start: int
+    lines: tuple[tuple[str, str], ...]
+
+    @property
+    def removed(self) -> list[int]:
+        """The intact file's line numbers (from 1) that this hunk removes."""
+        out, n = [], self.old_start
+        for tag, _ in self.lines:
+            if tag == "-":
+                out.append(n)
+            if tag != "+":
+                n += 1
+        return out
+
+    def apply_to(self, text: str) -> str:
+        """``text`` (the intact file) with this hunk alone applied."""
+        lines = text.splitlines(keepends=True)
+        old = [t + "\n" for tag, t in self.lines if tag != "+"]
+        new = [t + "\n" for tag, t in self.lines if tag != "-"]
+        start = self.old_start - 1
+        if lines[start:start + len(old)] != old:
+            raise BreakError(f"{self.file}:{self.old_start}: the hunk does not match the intact source")
+        return "".join(lines[:start] + new + lines[start + len(old):])
+
+
+def hunks(patch: Path) -> list[Hunk]:
+    """Every hunk of a unified diff, in order."""
+    out: list[Hunk] = []
+    file, start, body = "", 0, []
+    for line in patch.read_text(encoding="utf-8").splitlines():
+        if line.startswith("+++ b/"):
+            file = line[len("+++ b/"):]
+        elif line.startswith("@@"):
+            if body:
+                out.append(Hunk(file, start, tuple(body)))
+            start, body = int(line.split()[1].lstrip("-").split(",")[0]), []
+        elif line[:1] in (" ", "-", "+") and not line.startswith(("--- ", "+++ ")) and start:
+            body.append((line[:1], line[1:]))
+        elif line.startswith("diff --git") and body:
+            out.append(Hunk(file, start, tuple(body)))
+            start, body = 0, []
+    if body:
+        out.append(Hunk(file, start, tuple(body)))
+    return out

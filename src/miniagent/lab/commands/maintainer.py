@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Iterator
@@ -30,10 +31,11 @@ from ..patching import agent_command, source_digest
 from . import screen
 from .counterexamples import property_tests
 from .experiment import BASELINE, exp
+from .partial_fixes import Piece, pieces
 
 
 def check_breaks(*, use_ci_models: bool = True, only: str | None = None, under_load: bool = False,
-                 root: Path = ROOT) -> int:
+                 lines: bool = False, root: Path = ROOT) -> int:
     """Maintainer check: every break applies, is caught by its guard tests, shows its symptom, reverts exactly.
 
     First, every test a break names must exist and pass on the intact source; then each break must make its
@@ -41,6 +43,8 @@ def check_breaks(*, use_ci_models: bool = True, only: str | None = None, under_l
     problem of the check itself, reported as such (see :func:`judge_pytest`).
     ``under_load``: another process keeps one core busy for the whole check (started here, always
     reaped here), and each run must still show its symptom, and its record must say the machine was busy.
+    ``lines``: also every partial fix of each break (one removed line or term left out) must fail its guard
+    tests (:mod:`.partial_fixes`).
     """
     failures: list[str] = []
     original = source_digest(root / "src")
@@ -50,6 +54,8 @@ def check_breaks(*, use_ci_models: bool = True, only: str | None = None, under_l
         started = time.monotonic()
         for done, brk in enumerate(selected, 1):
             problems, record = intact.get(brk.id) or _check_one(brk, use_ci_models, under_load, root)
+            if lines and brk.id not in intact:
+                problems += check_pieces(brk, root)
             status = "[green]ok[/]" if not problems else "[red]FAIL[/] " + escape("; ".join(problems))
             shown = f" [dim]({escape(summary(record))})[/]" if record is not None else ""
             far = f" [dim]· {screen.so_far(done, len(selected), started)}[/]" if len(selected) > 1 else ""
@@ -174,6 +180,38 @@ def _check_one(brk: Break, use_ci_models: bool, under_load: bool = False,
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return problems, record
+
+
+def check_pieces(brk: Break, root: Path = ROOT) -> list[str]:
+    """The problems: each partial fix (:func:`.partial_fixes.pieces`) its guard tests pass on, unless the break's
+    ``[[check.cosmetic]]`` names it, and each cosmetic entry that is no piece or is caught after all."""
+    cosmetic = {c["piece"] for c in brk.cosmetic}
+    found = pieces(brk, root)
+
+    def run(piece: Piece) -> str | None:
+        work = _work_copy(root, f"miniagent-partial-{brk.id}-")
+        try:
+            (work / piece.file).write_text(piece.text, encoding="utf-8")
+            proc = _pytest(work, brk.tests, 40, "-x")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        # The tests cannot even import the code (a class the fix left out): as red as a failing test. They import
+        # the intact code (the maintainer check runs them there first), so the piece is what breaks the import.
+        unimportable = proc.returncode in (2, 4) and "ERROR collecting tests/" in proc.stdout
+        said = None if unimportable else judge_pytest(proc, "the guard tests")
+        if said and piece.label in cosmetic and "not caught" in said:
+            return None
+        if said and "not caught" in said:
+            return f"a fix {piece.label} passes its guard tests (or list it under [[check.cosmetic]] with why)"
+        if not said and piece.label in cosmetic:
+            return f"{piece.label} is listed as cosmetic, yet its guard tests catch it: take it off the list"
+        return said
+
+    with ThreadPoolExecutor(max_workers=machine_cores()) as pool:
+        problems = [p for p in pool.map(run, found) if p]
+    labels = {p.label for p in found}
+    problems += [f"[[check.cosmetic]] names {c!r}, which is no piece of this break" for c in cosmetic - labels]
+    return problems
 
 
 RESULT_KEYS = ("outcome", "stop_reason", "wall_s", "kill_latency_s", "cpu_mean", "cpu_max", "rss_max_mb", "tool_calls",

@@ -73,7 +73,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
              "lab/test_lab_output", "lab/test_breaks", "lab/test_counterexamples", "lab/test_words",
              "lab/test_expect", "lab/test_scoring", "lab/test_notebook_notes", "lab/test_reset", "lab/test_panel",
              "lab/test_record", "lab/test_deadline", "lab/test_process_tree", "lab/test_harness_watch",
-             "lab/test_harness_cli", "lab/test_model_server", "lab/test_mutation_run", "lab/test_check_breaks",
+             "lab/test_harness_cli", "lab/test_model_server", "lab/test_mutation_run", "lab/test_check_breaks", "lab/test_partial_fixes",
              "lab/test_class_load_driver", "lab/test_bench", "test_tasks", "test_settings_reach"]),
     # the package's top level: the command line, the process module, every wing's settings read together
     "cli": (["src/miniagent/cli.py", "src/miniagent/processes.py", "src/miniagent/settings.py",
