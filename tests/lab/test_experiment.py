@@ -327,6 +327,11 @@ def test_the_report_of_a_quiet_run_says_what_did_not_happen(shown, tmp_path):
     assert "answer:" not in text and "scratchpad" not in text
 
 
+def test_the_saved_line_names_the_trace_exp_keeps(shown, tmp_path):
+    experiment.report(full_record(trace_path=str(tmp_path / "x-trace.jsonl")), tmp_path / "x.json", tmp_path / "x.svg")
+    assert printed(shown)[-1] == f"saved: {tmp_path / 'x.json'}, its trace x-trace.jsonl and its CPU chart x.svg"
+
+
 def test_the_report_shows_the_answer_and_the_scratchpads_last_lines(shown, tmp_path):
     experiment.report(full_record(answer="She went.", scratchpad_tail=["[turn 3]", "thought"]),
                       tmp_path / "x.json", tmp_path / "x.svg")

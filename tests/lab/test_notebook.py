@@ -392,6 +392,16 @@ def test_a_run_with_misses_asks_what_surprised_you_and_one_without_does_not(tmp_
     text = path.read_text(encoding="utf-8")
     assert "**What surprised you?** 2 of your 2 predictions missed." in text
     assert "Stuck? `invoke hint no-cap` gives hint 1" in text
+    assert "machine was busy" not in text
+
+
+def test_a_miss_on_a_busy_machine_offers_a_rerun_before_an_explanation(tmp_path):
+    busy = {**OBSERVED, "machine_busy": True, "other_cpu_mean": 150.0}
+    path = append_observation(tmp_path, "bea", "00-no-cap", busy, compare({"outcome": "answer"}, busy), None, None,
+                              "1", lang="es")
+    text = path.read_text(encoding="utf-8")
+    assert "**¿Qué te ha sorprendido?** Han fallado 1 de tus 1 predicciones." in text
+    assert "vuelve a ejecutar `invoke exp no-cap` cuando esté más tranquila" in text
 
 
 def test_a_missing_stop_reason_is_written_none(tmp_path):

@@ -212,7 +212,9 @@ def report(record: RunRecord, json_path: Path, svg_path: Path, brk: Break | None
     shown = json_path.relative_to(ROOT) if json_path.is_relative_to(ROOT) else json_path
     for style, sentence in verdict(brk, record, learner, lang):
         screen.console.print(Text(sentence, style=style))
-    screen.console.print(t["saved"].format(json=shown, svg=svg_path.name), markup=False, highlight=False)
+    said = t["saved_with_trace"] if record.trace_path else t["saved"]
+    trace = Path(record.trace_path).name if record.trace_path else ""
+    screen.console.print(said.format(json=shown, trace=trace, svg=svg_path.name), markup=False, highlight=False)
 
 
 def tour(learner: str | None = None, *, as_json: bool = False, llm: str | None = None) -> list[dict]:

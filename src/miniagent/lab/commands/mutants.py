@@ -92,6 +92,7 @@ NO_WING = {
     "test_tutor_e2e": "the real model and server end to end, in subprocesses mutmut does not reach",
     "cli/test_no_orphans": "signals to agents started as subprocesses, which mutmut does not reach",
     "test_learners_present": "other test files run in a pytest subprocess, with a learner in the checkout",
+    "docs/test_learner_path": "a page's commands run in a bash subprocess on a fresh clone, which mutmut does not reach",
 }
 # What the tests read besides the code: mutmut copies these into its own copy too (``also_copy``), where the
 # tests run and where the package's ROOT is.

@@ -341,8 +341,9 @@ def _why_not_scored(observed: dict[str, Any], t: dict[str, Any], alias: str, lea
     return []
 
 
-def _comparison(rows: list[Row] | None, t: dict[str, Any], alias: str, lang: str) -> list[str]:
-    """The prediction against the run as a Markdown table, and the question a miss asks."""
+def _comparison(rows: list[Row] | None, t: dict[str, Any], alias: str, lang: str, busy: bool = False) -> list[str]:
+    """The prediction against the run as a Markdown table, and the question a miss asks (on a busy machine, with
+    the offer of a rerun: the miss may be the machine's)."""
     if not rows:
         return [t["no_prediction"], ""]
     parts = [t["cols"], "|---|---|---|---|---|"]
@@ -354,6 +355,8 @@ def _comparison(rows: list[Row] | None, t: dict[str, Any], alias: str, lang: str
     scored = [r for r in rows if r.hit is not None]
     if misses:
         parts += [t["surprised"].format(n=len(misses), total=len(scored), alias=alias), ""]
+        if busy:
+            parts += [t["busy_rerun"].format(alias=alias), ""]
     return parts
 
 
@@ -376,7 +379,7 @@ def append_observation(root: str | os.PathLike, learner: str, variant_id: str, o
     alias = alias_of(variant_id)
     parts = [t["observed"].format(id=variant_id, when=when), "", *_observed_record(observed, t), ""]
     parts += _why_not_scored(observed, t, alias, learner)
-    parts += _comparison(rows, t, alias, lang)
+    parts += _comparison(rows, t, alias, lang, busy=bool(observed.get("machine_busy")))
     links = []
     for label, target in ((t["record"], json_path), (t["chart"], svg_path)):
         rel = _link(target, root, path)
