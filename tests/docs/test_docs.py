@@ -96,6 +96,15 @@ def test_the_generated_tables_have_a_row_for_every_guard_stop_reason_and_lab(lan
     for row in said["guards"].values():
         assert row["name"] in table and (row.get("stop") is None or row["stop"] in tables.stop_reasons())
         assert row.get("setting") is None or f"`{row['setting']}`" in table
+    # theory 05's diagram: every guard in its layer, each line inside its box
+    diagram = tables.layers_diagram(lang).splitlines()[1:-1]
+    assert len({len(line) for line in diagram}) == 1, "a box edge out of line"
+    flat = " ".join(line.strip("| +-") for line in diagram)
+    flat = " ".join(flat.replace("|", " ").split())
+    for key, row in said["guards"].items():
+        name = " ".join((row["name"][0].lower() + row["name"][1:]).split())
+        assert name in flat or " ".join(row["name"].split()) in flat, (key, flat)
+    assert flat.index(" ".join(said["guards"]["WallClock"]["name"].split())) < flat.index(said["tables"]["layer2"])
     labs = sorted(p.name for p in (DOCS / "labs").glob("[0-9][0-9]-*.md") if p.name.count(".") == 1)
     listed = tables.labs_list(ROOT, lang)
     assert [line.split("](labs/")[1].rstrip(")") for line in listed.splitlines()] == labs and len(labs) == 4
