@@ -415,7 +415,7 @@ def measured(monkeypatch):
         {"question": "q?", "tokens": 7, "turn_s": 0.1, "pure_decode_s": 0.2, "ratio": 0.5}], "ratio_mean": 0.5})
     monkeypatch.setattr(bench, "kv_reuse", lambda b: asked.append(("b", b)) or [
         {"turn": 1, "scratchpad_tokens": 40, "prompt_tokens_evaluated": 41}])
-    monkeypatch.setattr(bench, "start_to_end", lambda amx, loads, runs: asked.append(("c", amx, loads, runs)) or [
+    monkeypatch.setattr(bench, "start_to_end", lambda amx, loads, runs, shown=False: asked.append(("c", amx, loads, runs)) or [
         row(wall=1.6), row(path="fallback", wall=1.9, goal=2.0, load="one core busy")])
     monkeypatch.setattr(bench, "eval_time", lambda: asked.append(("d",)) or {
         "n": 8, "total_s": 12.34, "process_wall_s": 13.5, "accuracy": 0.875, "latency_p50_s": 1.2,

@@ -119,12 +119,21 @@ def test_each_question_done_is_told_to_the_progress_bar(stand_in):
 
 
 def test_the_bar_shows_only_in_a_terminal():
-    from miniagent.lab.evaluation import _progress
+    import io
 
-    with _progress(shown=False) as on_item:
-        assert on_item is None  # --json, or stderr piped: nothing but the report
-    with _progress(shown=True) as on_item:
-        on_item(1, 2)
+    from rich.console import Console
+
+    from miniagent.lab.commands import screen
+
+    quiet = Console(file=io.StringIO(), force_terminal=True, width=100)
+    with screen.progress_bar("eval", 2, shown=False, on=quiet) as step:  # --json, or a pipe: nothing but the report
+        step(1, now="x")
+    assert quiet.file.getvalue() == ""
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=100)
+    with screen.progress_bar("docs-results", 2, shown=True, on=terminal) as step:
+        step(1, now="03-no-dedup")
+    drawn = terminal.file.getvalue()
+    assert "docs-results 03-no-dedup" in drawn and "1/2" in drawn  # what runs now, and how far
 
 
 def test_a_long_command_says_how_far_it_is(monkeypatch):

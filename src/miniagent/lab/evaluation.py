@@ -20,7 +20,6 @@ the dreaming tense): it is right only when the run ends ``out_of_grammar`` namin
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import sys
@@ -240,22 +239,6 @@ def print_report(report: dict) -> None:
                       "quieter machine to compare times with the docs.[/]")
 
 
-@contextlib.contextmanager
-def _progress(shown: bool):
-    """A bar on stderr while the questions run (in a terminal only: --json and pipes stay clean)."""
-    if not shown:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
-
-    with Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("eval", total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
-
-
 def run_eval_cli(args, settings: Settings) -> int:
     try:
         items = load_eval_set(args.eval_set or DEFAULT_SET)
@@ -266,8 +249,13 @@ def run_eval_cli(args, settings: Settings) -> int:
         items = items[: args.limit]
     trace = Trace.to_path(args.trace) if args.trace else None
     try:
-        with _progress(shown=not args.json and sys.stderr.isatty()) as on_item:
-            report = run_eval(items, settings, trace, on_item)
+        from rich.console import Console
+
+        from .commands.screen import progress_bar
+
+        shown = not args.json and sys.stderr.isatty()
+        with progress_bar("eval", len(items), shown=shown, on=Console(stderr=True)) as step:  # stdout: the report
+            report = run_eval(items, settings, trace, (lambda done, total: step(done)) if shown else None)
     finally:
         if trace is not None:
             trace.close()

@@ -29,6 +29,7 @@ from typing import Callable
 from ...processes import OtherPrograms, machine_cores
 from ..catalogue import ROOT
 from ..words import number, section
+from . import screen
 
 ADVERSARIAL = "Could you conjugate eat tenderly in the sleepy tense?"  # a verb among words that are not grammar
 # On a modal verb every call fails, so only the caps end the run: that is the capped loop's way to its fallback.
@@ -117,19 +118,27 @@ def one_process(question: str, amx: str = "auto", env: dict[str, str] | None = N
             "tool_calls": outcome["stats"]["tool_calls"]}
 
 
-def start_to_end(amx_settings: list[str], loads: tuple[str, ...] = LOADS, runs: int = 5) -> list[dict]:
+def start_to_end(amx_settings: list[str], loads: tuple[str, ...] = LOADS, runs: int = 5,
+                 shown: bool = False) -> list[dict]:
     """(c) for each load, path and AMX setting: ``runs`` processes, the settings taking turns run by run, so a
-    drift of the machine during the measurement falls on all of them alike."""
+    drift of the machine during the measurement falls on all of them alike. ``shown``: a progress bar."""
+    with screen.progress_bar("bench (c)", len(loads) * 2 * runs * len(amx_settings), shown=shown) as step:
+        return _start_to_end(amx_settings, loads, runs, step)
+
+
+def _start_to_end(amx_settings: list[str], loads: tuple[str, ...], runs: int, step: screen.Step) -> list[dict]:
     from ..harness.process_tree import spinning_core
 
-    rows = []
+    rows, done = [], 0
     for load in loads:
         with (spinning_core() if load != "idle" else contextlib.nullcontext()):
             for path, question in (("answer", ANSWERABLE), ("fallback", UNANSWERABLE)):
                 taken: dict[str, list[dict]] = {amx: [] for amx in amx_settings}
                 for _ in range(runs):
                     for amx in amx_settings:
+                        step(done, now=f"{load}, {path}, amx {amx}")
                         taken[amx].append(one_process(question, amx, CAPPED_PATH_ENV if path == "fallback" else None))
+                        done += 1
                 for amx, got in taken.items():
                     walls, cpus = [g["wall_s"] for g in got], [g["cpu_s"] for g in got]
                     rows.append({"path": path, "load": load, "amx": amx, "question": question, "runs": runs,
@@ -220,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             backend.close()
     if "c" in only:
-        figures["c_time_to_end"] = start_to_end(args.amx or ["auto"], tuple(args.load or LOADS), args.runs)
+        figures["c_time_to_end"] = start_to_end(args.amx or ["auto"], tuple(args.load or LOADS), args.runs,
+                                                shown=not args.json and sys.stdout.isatty())
     if "d" in only:
         figures["d_eval"] = eval_time()
     if "e" in only:

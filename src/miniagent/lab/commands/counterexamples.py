@@ -25,6 +25,7 @@ from pathlib import Path
 from ..catalogue import ROOT, Break
 from ..patching import make_sandbox
 from ..words import section
+from . import screen
 
 NOTE = re.compile(r"counterexample-json: (\{.*\})\s*$")
 SECTION = re.compile(r"^_+ (test_\w+)(?:\[.*\])? _+$")
@@ -134,14 +135,16 @@ def write(results_dir: Path, only: str | None = None, root: Path = ROOT) -> list
     results_dir.mkdir(parents=True, exist_ok=True)
     written = []
     selected = [find_break(only, root)] if only is not None else catalogue(root)
-    for brk in selected:
-        started = time.monotonic()
-        found = find(brk, root)
-        stamp = f"{datetime.now():%Y-%m-%d}, {time.monotonic() - started:.0f} s"
-        for lang, suffix in (("en", ".md"), ("es", ".es.md")):
-            path = results_dir / f"{brk.id}-counterexample{suffix}"
-            path.write_text(render(found, lang, stamp), encoding="utf-8")
-            written.append(path)
-        shown = "; ".join(f"{c.test.split('::')[-1]}" for c in found) or "no property fails"
-        print(f"{brk.id}: {shown}", flush=True)
+    with screen.progress_bar("counterexamples", len(selected), shown=screen.console.is_terminal) as step:
+        for done, brk in enumerate(selected):
+            step(done, now=brk.id)
+            started = time.monotonic()
+            found = find(brk, root)
+            stamp = f"{datetime.now():%Y-%m-%d}, {time.monotonic() - started:.0f} s"
+            for lang, suffix in (("en", ".md"), ("es", ".es.md")):
+                path = results_dir / f"{brk.id}-counterexample{suffix}"
+                path.write_text(render(found, lang, stamp), encoding="utf-8")
+                written.append(path)
+            shown = "; ".join(f"{c.test.split('::')[-1]}" for c in found) or "no property fails"
+            screen.console.print(f"{brk.id}: {shown}", markup=False, highlight=False)
     return written

@@ -229,22 +229,28 @@ def docs_results(results_dir: Path, assets_dir: Path, only: str | None = None) -
     """
     results_dir.mkdir(parents=True, exist_ok=True)
     assets_dir.mkdir(parents=True, exist_ok=True)
-    for brk in catalogue():
-        if only is not None and brk.id != find(only).id:
-            continue
-        screen.console.rule(brk.id)
-        broken = exp(brk.alias, live=False)
-        fixed = exp(BASELINE, question=brk.input, timeout=brk.timeout_s, llm=brk.llm, flags=brk.flags, live=False)
-        data = {"id": brk.id, "llm": brk.llm, "real_model": brk.real_model,
-                "measured_at": broken.started_at[:16], "cores": machine_cores(), "timeout_s": brk.timeout_s,
-                "input": brk.input, "flags": list(brk.flags),
-                "broken": {k: v for k, v in broken.to_dict().items() if k in RESULT_KEYS},
-                "fixed": {k: v for k, v in fixed.to_dict().items() if k in RESULT_KEYS}}
-        (results_dir / f"{brk.id}.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
-                                                    encoding="utf-8")
-        _draw_charts(data, assets_dir)
+    selected = [find(only)] if only is not None else catalogue()
+    with screen.progress_bar("docs-results", len(selected), shown=screen.console.is_terminal) as step:
+        for done, brk in enumerate(selected):
+            step(done, now=brk.id)
+            _measure_break(brk, results_dir, assets_dir)
     if only is None:
         _write_eval_results(results_dir)
+
+
+def _measure_break(brk: Break, results_dir: Path, assets_dir: Path) -> None:
+    """One break and its fixed twin, run and kept (JSON, charts)."""
+    screen.console.rule(brk.id)
+    broken = exp(brk.alias, live=False)
+    fixed = exp(BASELINE, question=brk.input, timeout=brk.timeout_s, llm=brk.llm, flags=brk.flags, live=False)
+    data = {"id": brk.id, "llm": brk.llm, "real_model": brk.real_model,
+            "measured_at": broken.started_at[:16], "cores": machine_cores(), "timeout_s": brk.timeout_s,
+            "input": brk.input, "flags": list(brk.flags),
+            "broken": {k: v for k, v in broken.to_dict().items() if k in RESULT_KEYS},
+            "fixed": {k: v for k, v in fixed.to_dict().items() if k in RESULT_KEYS}}
+    (results_dir / f"{brk.id}.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                                                encoding="utf-8")
+    _draw_charts(data, assets_dir)
 
 
 def _draw_charts(data: dict, assets_dir: Path) -> list[Path]:
@@ -288,17 +294,19 @@ def _write_eval_results(results_dir: Path) -> None:
             ("unseen.jsonl", "unseen · inédito", "scored", False), ("unseen.jsonl", "unseen · inédito", "scored", True),
             ("outside.jsonl", "outside the grammar, public · fuera de la gramática, público", "scored", True),
             ("outside-unseen.jsonl", "outside the grammar, unseen · fuera de la gramática, inédito", "scored", True)]
-    for name, label, decode, grounded in runs:
-        items = load_eval_set(ROOT / "labs" / "01-tutor-end-to-end" / name)
-        grounding = "on" if grounded else "off"
-        screen.console.print(f"eval {name} {decode}, grounding {grounding}")
-        r = run_eval(items, load_config(env={}, cli={"decode": decode, "ground_arguments": grounded}))
-        declined = f"{r['declined_right']}/{r['decline_items']}" if r["decline_items"] else "–"
-        lines.append(f"| `{name}` ({label}) | `{decode}` | {grounding} | {r['correct']}/{r['n']} = {r['accuracy']:.1%} "
-                     f"| {declined} | {r['made_up_answers']} | {r['stop_reasons']} | {r['latency_p50_s']:.2f} | {r['latency_p95_s']:.2f} | "
-                     f"{r['total_s']:.1f} |")
-        (results_dir / f"eval-{name.removesuffix('.jsonl')}-{decode}-grounding-{grounding}.json").write_text(
-            json.dumps(r, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    with screen.progress_bar("docs-results: eval", len(runs), shown=screen.console.is_terminal) as step:
+        for done, (name, label, decode, grounded) in enumerate(runs):
+            step(done, now=f"{name} {decode}")
+            items = load_eval_set(ROOT / "labs" / "01-tutor-end-to-end" / name)
+            grounding = "on" if grounded else "off"
+            screen.console.print(f"eval {name} {decode}, grounding {grounding}")
+            r = run_eval(items, load_config(env={}, cli={"decode": decode, "ground_arguments": grounded}))
+            declined = f"{r['declined_right']}/{r['decline_items']}" if r["decline_items"] else "–"
+            lines.append(f"| `{name}` ({label}) | `{decode}` | {grounding} | {r['correct']}/{r['n']} = {r['accuracy']:.1%} "
+                         f"| {declined} | {r['made_up_answers']} | {r['stop_reasons']} | {r['latency_p50_s']:.2f} | {r['latency_p95_s']:.2f} | "
+                         f"{r['total_s']:.1f} |")
+            (results_dir / f"eval-{name.removesuffix('.jsonl')}-{decode}-grounding-{grounding}.json").write_text(
+                json.dumps(r, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     stamp = datetime.now().strftime("%Y-%m-%d %H:%M")
     # The CPU too: llama.cpp's kernels differ from one to the next (repacked weights, AMX off), and with grounding
     # off some answers with them (the maintainers page lists those seen).
