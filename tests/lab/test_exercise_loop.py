@@ -192,6 +192,26 @@ def test_an_unreadable_prediction_is_shown_not_fatal(tree):
     assert any("cannot be read" in line for line in progress.next_steps(tree, "bea", row, "en"))
 
 
+@pytest.mark.parametrize("lang", ["en", "es"])
+def test_the_progress_table_fits_80_columns_without_a_word_cut(learner, lang, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from miniagent.lab.commands import screen
+
+    narrow = Console(file=io.StringIO(), width=80, color_system=None)
+    monkeypatch.setattr(screen, "console", narrow)
+    progress.update(ROOT, learner, lambda s: progress.break_state(s, "13-final-round-offers-tools").update(
+        broken_at=progress.now()))
+    exercises.progress_report(learner, lang)
+    shown = narrow.file.getvalue()
+    assert "…" not in shown and "13-final-round-offers-tools" in shown, shown
+    assert all(len(line) <= 80 for line in shown.splitlines())
+    for header in progress.TEXT[lang]["cols"]:
+        assert header in shown
+
+
 def test_progress_and_next_print_the_table_and_the_commands(learner, capsys):
     exercises.progress_report(learner)
     out = capsys.readouterr().out

@@ -163,6 +163,7 @@ def progress_report(learner: str, lang: str | None = None) -> list[progress.Row]
         cells = [r.break_id, predicted, runs, broken, t["yes"] if r.fixed else t["no"], f"{r.hints}/{r.hints_total}"]
         table.add_row(*(Text(c) for c in cells), style="green" if r.fixed else "red" if r.applied else None)
     screen.console.print(table)
+    screen.console.print(t["legend"], style="dim", markup=False, highlight=False)
     for line in progress.next_steps(ROOT, learner, progress.next_row(rows), lang):
         screen.console.print(line, markup=False, highlight=False)
     return rows
