@@ -13,6 +13,7 @@ import logging
 import sys
 
 from .agent.errors import OutOfGrammar, ServerFailed
+from .agent.loop import calls_summary
 from .settings import ConfigError, Settings, load_config, setting_fields
 
 
@@ -109,7 +110,7 @@ def _ask(args: argparse.Namespace, config: Settings) -> int:
         # With the trace on stdout, stdout stays JSON lines (`| jq` reads it): the answer goes with the summary.
         print(outcome.answer, file=sys.stderr if args.trace == "-" else sys.stdout)
         s = outcome.stats
-        calls = ", ".join(f"{t} x{n}" for t, n in sorted(s.tool_calls.items())) or "none"
+        calls = calls_summary(s.tool_calls, none="none")
         print(f"-- stop_reason: {outcome.stop_reason} | turns: {s.turns} | tool calls: {calls} | "
               f"{s.seconds:.2f} s", file=sys.stderr)
     return EXIT_STATUS.get(outcome.stop_reason, 1)

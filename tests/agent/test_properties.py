@@ -16,7 +16,6 @@ import re
 from generated import Run, failing_tools, worlds
 from hypothesis import example, given
 
-from miniagent.agent.loop import STOP_REASON_TEXT
 from trace_steps import steps, stuck_at, turns
 from loop_worlds import (FINAL_ROUND_REASONS, STOP_REASONS, PLAN_BUDGET_USED, TOOL_TAKES_THE_WHOLE_WALL_CLOCK,
                          TAKING_TURNS_WITH_THE_DETECTOR_OFF, ONE_STEP_WITH_MAX_REPEATS_1,
@@ -28,6 +27,10 @@ from loop_worlds import (FINAL_ROUND_REASONS, STOP_REASONS, PLAN_BUDGET_USED, TO
                          MODEL_STILL_REPLYING, WALL_CLOCK_WITHOUT_THE_MODEL, one_failure, run,
                          model_tool_calls, plan_limit, tokens_before_each_call,
                          invalid_in_a_row)
+
+from miniagent.agent.errors import terminal_classes
+
+STOP_REASON_CLASS = {cls.stop_reason: cls for cls in terminal_classes()}
 
 
 # --- it ends ---------------------------------------------------------------------------------------------------
@@ -118,7 +121,7 @@ def test_a_fallback_names_the_limit_that_was_hit_with_its_setting(world):
         expected = words(r.config, r)
         assert expected in answer, f"the fallback does not say {expected!r}"
         assert f"[stop_reason: {r.outcome.stop_reason}]" in answer
-        assert answer.startswith(f"Sorry, I could not finish this one: {STOP_REASON_TEXT[r.outcome.stop_reason]} (")
+        assert answer.startswith(f"Sorry, I could not finish this one: {STOP_REASON_CLASS[r.outcome.stop_reason].says} (")
         tried = ", ".join(f"{tool} x{n}" for tool, n in sorted(stats.tool_calls.items())) or "no tool calls"
         assert f"\nTried: {tried} in {stats.turns} turn(s).\n" in answer, "the fallback says what was tried"
         assert answer.split("\n")[-1].startswith("Next: ask for one verb, one tense and one person, e.g. 'What is")

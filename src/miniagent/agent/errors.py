@@ -12,14 +12,24 @@ Two families, never mixed up:
 from __future__ import annotations
 
 
-def stop_reasons() -> set[str]:
-    """Every stop reason a run can end with: "answered", and each Terminal error's own."""
-    found, todo = {"answered"}, [Terminal]
+def cap_reasons() -> set[str]:
+    """The stop reasons of the loop's own limits (every CapHit): what the run's log line calls a cap hit."""
+    return {cls.stop_reason for cls in terminal_classes(CapHit)}
+
+
+def terminal_classes(root: type | None = None) -> list[type]:
+    """``root`` (default: Terminal) and every class below it."""
+    found, todo = [], [root or Terminal]
     while todo:
         cls = todo.pop()
-        found.add(cls.stop_reason)
+        found.append(cls)
         todo += cls.__subclasses__()
-    return found - {Terminal.stop_reason}  # a class that names none of its own (CapHit) inherits Terminal's
+    return found
+
+
+def stop_reasons() -> set[str]:
+    """Every stop reason a run can end with: "answered", and each Terminal error's own."""
+    return {"answered"} | {cls.stop_reason for cls in terminal_classes()} - {Terminal.stop_reason}  # a class that names none of its own (CapHit) inherits Terminal's
 
 
 class Recoverable(Exception):
@@ -35,9 +45,10 @@ class ToolTimeout(Recoverable):
 
 
 class Terminal(Exception):
-    """The run is over. ``stop_reason`` names why, for the outcome and trace."""
+    """The run is over. ``stop_reason`` names why, for the outcome and trace; ``says`` why, in the user's words."""
 
     stop_reason = "terminal"
+    says = ""
 
 
 class CapHit(Terminal):
@@ -46,40 +57,48 @@ class CapHit(Terminal):
 
 class TurnCapHit(CapHit):
     stop_reason = "max_turns"
+    says = "it took more turns than allowed"
 
 
 class ToolCallCapHit(CapHit):
     stop_reason = "max_tool_calls"
+    says = "it needed more tool calls than allowed"
 
 
 class CallBudgetExhausted(CapHit):
     stop_reason = "call_budget"
+    says = "it used up the tool-call budget of its plan"
 
 
 class WallClockExceeded(CapHit):
     stop_reason = "wall_clock"
+    says = "it ran out of time"
 
 
 class AutoContinueLimit(CapHit):
     stop_reason = "auto_continue_limit"
+    says = "the model's reply kept getting cut off"
 
 
 class TokenBudgetSpent(CapHit):
     """The run used up its prompt + completion token budget (max_run_tokens)."""
 
     stop_reason = "token_budget"
+    says = "it used up the run's token budget"
 
 
 class FormatErrorLimit(CapHit):
     """The model's actions failed to parse max_format_errors times in a row."""
 
     stop_reason = "format_errors"
+    says = "the model kept replying with actions that are not valid"
 
 
 class StuckLoop(CapHit):
     """The run repeats itself: the same call and result again and again, or two calls taking turns."""
 
     stop_reason = "stuck"
+    says = "it kept repeating the same steps"
 
 
 class OutOfGrammar(Terminal):
@@ -97,6 +116,7 @@ class InvalidInput(Terminal):
     """The question is empty or too long to be a question: refused before any model call."""
 
     stop_reason = "invalid_input"
+    says = "the question could not be used"
 
 
 class ModelFailed(Terminal):
@@ -117,10 +137,12 @@ class ContextFull(Terminal):
     """The prompt no longer fits in the model's context window."""
 
     stop_reason = "context_full"
+    says = "the conversation no longer fits in the model's context window"
 
 
 class Cancelled(Terminal):
     stop_reason = "cancelled"
+    says = "the run was cancelled"
 
 
 class ServerFailed(Terminal):

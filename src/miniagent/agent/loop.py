@@ -13,13 +13,13 @@ import logging
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 from .actions import Action, InvalidAction, parse_action
 from .ports import Backend, Entry, ModelReply, Tools
 from .config import TutorConfig
 from .errors import (CallBudgetExhausted, Cancelled, InvalidInput, ModelFailed, ModelTimeout, OutOfGrammar, Recoverable,
-                     ServerFailed, StuckLoop, Terminal, ToolCallCapHit, TurnCapHit, WallClockExceeded)
+                     ServerFailed, StuckLoop, Terminal, ToolCallCapHit, TurnCapHit, WallClockExceeded, cap_reasons)
 from .grounding import ArgumentGrounding
 from .guards import (AutoContinue, CallDedup, CancelCheck, FailureBreaker, FormatBreaker, ModelClock, StuckDetector,
                      TokenBudget, ToolCallCap, TurnCap, WallClock)
@@ -283,26 +283,11 @@ def check_input(user_input: str, max_chars: int) -> None:
         raise InvalidInput(f"the question is {len(user_input)} characters long; the limit is {max_chars}")
 
 
-STOP_REASON_TEXT = {
-    "invalid_input": "the question could not be used",
-    "context_full": "the conversation no longer fits in the model's context window",
-    "max_turns": "it took more turns than allowed",
-    "max_tool_calls": "it needed more tool calls than allowed",
-    "call_budget": "it used up the tool-call budget of its plan",
-    "wall_clock": "it ran out of time",
-    "auto_continue_limit": "the model's reply kept getting cut off",
-    "token_budget": "it used up the run's token budget",
-    "format_errors": "the model kept replying with actions that are not valid",
-    "stuck": "it kept repeating the same steps",
-    "cancelled": "the run was cancelled",
-}
-
-
 def fallback_text(stop: Terminal, stats: Stats, final_answer: str = "") -> str:
     """What a user sees when a guard ends the run: what was tried, and what to do next."""
-    tried = ", ".join(f"{tool} x{n}" for tool, n in sorted(stats.tool_calls.items())) or "no tool calls"
+    tried = calls_summary(stats.tool_calls)
     lines = [
-        f"Sorry, I could not finish this one: {STOP_REASON_TEXT.get(stop.stop_reason, stop)} ({stop})"
+        f"Sorry, I could not finish this one: {stop.says or stop} ({stop})"
         f" [stop_reason: {stop.stop_reason}].",
     ]
     if final_answer:
@@ -337,9 +322,12 @@ def summary_line(stop_reason: str, stats: Stats) -> str:
         return f"converged at {stats.turns} turns"
     if stop_reason == OutOfGrammar.stop_reason:
         return f"declined at {stats.turns} turns: the question is outside the grammar"
-    counts = ", ".join(f"{t} x{n}" for t, n in sorted(stats.tool_calls.items())) or "no tool calls"
+    counts = calls_summary(stats.tool_calls)
     last = f", last error: {stats.last_tool_error}" if stats.last_tool_error else ""
-    caps = {"max_turns", "max_tool_calls", "call_budget", "wall_clock", "auto_continue_limit", "token_budget",
-            "format_errors", "stuck"}
-    kind = "cap hit" if stop_reason in caps else "stopped"
+    kind = "cap hit" if stop_reason in cap_reasons() else "stopped"
     return f"{kind} ({stop_reason}) at {stats.turns} turns: {counts}{last}"
+
+
+def calls_summary(tool_calls: Mapping[str, int], none: str = "no tool calls") -> str:
+    """A run's tool calls by tool, "conjugate x3, list_tenses x1": in the fallback, the log, the CLI, the harness."""
+    return ", ".join(f"{tool} x{n}" for tool, n in sorted(tool_calls.items())) or none

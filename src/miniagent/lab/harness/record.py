@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ...agent.loop import calls_summary
 from ...processes import machine_cores
 from ..words import number, words
 from . import crash
@@ -116,7 +117,7 @@ class RunRecord:
 
 def summary(record: RunRecord) -> str:
     """One line for a terminal or a log."""
-    calls = ", ".join(f"{t} x{n}" for t, n in sorted(record.tool_calls_by_tool.items())) or "no tool calls"
+    calls = calls_summary(record.tool_calls_by_tool)
     kill = f", killed {record.kill_latency_s:+.2f} s after the deadline" if record.kill_latency_s is not None else ""
     died = f" of {record.signal}" if record.signal else ""
     return (f"{record.outcome}{died} (stop_reason {record.stop_reason}) after {record.wall_s:.1f} s{kill}; "
