@@ -211,3 +211,13 @@ def test_the_cpu_check_sees_a_second_asker():
     assert machine_cpu_calls("import os, psutil\nn = os.cpu_count()\nt = psutil.cpu_times()\n") == \
         {"os.cpu_count", "psutil.cpu_times"}
     assert machine_cpu_calls("import psutil\np = psutil.Process()\nt = p.cpu_times()\n") == set()  # one process's
+
+
+def test_the_tests_mirror_the_package_folder_by_folder():
+    """A folder of tests is named for the package folder it tests (tests/lab/harness/ for lab/harness/); the tests
+    of a top-level module (cli.py, processes.py) sit in tests/ itself, and the docs' own tests in tests/docs/."""
+    tests = PACKAGE.parents[1] / "tests"
+    folders = {p.parent.relative_to(tests) for p in tests.rglob("test_*.py")}
+    assert {f for f in folders if f.parts and f.parts[0] != "docs" and not (PACKAGE / f).is_dir()} == set()
+    parts = {p.relative_to(PACKAGE) for p in PACKAGE.rglob("*") if p.is_dir() and any(p.glob("[!_]*.py"))}
+    assert {f for f in parts if not (tests / f).is_dir()} == set(), "a package folder without its tests' folder"

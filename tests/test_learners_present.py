@@ -18,9 +18,9 @@ from miniagent.lab.learner import notebook, progress
 ROOT = Path(__file__).resolve().parents[1]
 
 # The tests that run the lab's commands on this checkout, where the remembered learner is read.
-READ_THE_REMEMBERED_LEARNER = ["tests/test_tasks.py", "tests/test_task_bodies.py", "tests/lab/test_crash.py",
-                               "tests/lab/test_experiment.py", "tests/lab/test_exercise_commands.py",
-                               "tests/lab/test_exercise_loop.py", "tests/lab/test_breaks.py", "tests/lab/test_words.py"]
+READ_THE_REMEMBERED_LEARNER = ["tests/test_tasks.py", "tests/test_task_bodies.py", "tests/lab/harness/test_crash.py",
+                               "tests/lab/commands/test_experiment.py", "tests/lab/commands/test_exercise_commands.py",
+                               "tests/lab/commands/test_exercise_loop.py", "tests/lab/commands/test_breaks.py", "tests/lab/test_words.py"]
 
 
 @pytest.mark.serial  # it plants a remembered learner in the checkout: a test beside it would read that learner

@@ -243,7 +243,7 @@ def find(name: str, root: Path = ROOT, *, also: tuple[str, ...] = ()) -> Break:
 
 # `invoke check all` / `invoke watch all`: every guard test, not one break's
 ALL = "all"
-GUARD_TESTS = ["tests/agent/test_guards.py", "tests/agent/test_config.py", "tests/cli/test_no_orphans.py"]
+GUARD_TESTS = ["tests/agent/test_guards.py", "tests/agent/test_config.py", "tests/test_no_orphans.py"]
 
 
 def guard_tests(variant: str, root: Path = ROOT) -> list[str]:

@@ -29,7 +29,7 @@ from . import screen
 
 NOTE = re.compile(r"counterexample-json: (\{.*\})\s*$")
 SECTION = re.compile(r"^_+ (test_\w+)(?:\[.*\])? _+$")
-PROPERTY_FILES = re.compile(r"tests/(?:\w+/)?test_properties\w*\.py")
+PROPERTY_FILES = re.compile(r"tests/(?:\w+/)*test_properties\w*\.py")
 
 
 @dataclass

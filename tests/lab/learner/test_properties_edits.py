@@ -22,7 +22,7 @@ from miniagent.lab.learner import notebook, paths, scoring
 from miniagent.lab.catalogue import BreakError, catalogue
 from miniagent.lab.patching import apply_to_tree, is_applied, revert_in_tree
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BREAKS = catalogue(ROOT)
 ODD = st.text(st.sampled_from(list("aé ñ\t€😀#\r\\`\u200b\ufeff")), min_size=1, max_size=12)
 

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from miniagent.lab.harness.record import RunRecord
 from miniagent.lab.harness.run import run_experiment
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LONG = 10  # seconds: a long-lived process outlives any run here unless it is killed
 TIMEOUT = 0.8  # the harness's deadline, counted from launch
 SETTLE, GRACE = 0.3, 0.2

@@ -1,7 +1,7 @@
 """``invoke check-breaks`` and ``invoke docs-results`` (lab/commands/maintainer.py) with stand-ins for the slow
 parts: pytest's runs answer with the exit status a test gives them, the harness hands back a record the test
 makes, and the runs of docs-results are records too. What is real: the catalogue, the copies, ``git apply`` of
-the break's patch and its revert. The real check runs every break (tests/lab/test_breaks.py, marked slow)."""
+the break's patch and its revert. The real check runs every break (tests/lab/commands/test_breaks.py, marked slow)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from helpers import LineWatch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 HUNG_AGENT = [sys.executable, "-m", "miniagent", "ask", "What is the past simple of eat for I?",
               "--llm", "scripted:stubborn", "--fault-hang-on", "eat", "--tool-timeout-s", "60", "--wall-clock-s", "60"]
 

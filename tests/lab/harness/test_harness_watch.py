@@ -565,7 +565,7 @@ def test_by_default_the_harness_samples_kills_and_settles_as_the_breaks_page_say
     assert asked == {"view": (True, False), "grace": 0.3, "settle": 1.0} == {
         "view": (True, False), "grace": 0.3, "settle": run.SETTLE}
     assert record.clock == "launch" and record.outcome == "timeout" and record.deadline_s == 1.0
-    root = Path(__file__).parents[2] / "docs" / "breaks"
+    root = Path(__file__).parents[3] / "docs" / "breaks"
     assert "every 0.2 s" in (root / "index.md").read_text() and "a\nsecond to exit" in (root / "index.md").read_text()
     assert "cada 0,2 s" in (root / "index.es.md").read_text()
 

@@ -1,7 +1,7 @@
 """``invoke class-load``'s driver and learner (lab/commands/classload.py) without a model: stand-in learners (a
 small program started where the driver starts each learner) and a stand-in tutor session show what the driver
 hands each learner, how it starts them together, what it counts from their lines, and that it reaps them. The
-real class, with a real server, runs in tests/lab/test_classload.py."""
+real class, with a real server, runs in tests/lab/commands/test_classload.py."""
 
 from __future__ import annotations
 

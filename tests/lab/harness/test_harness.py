@@ -25,7 +25,7 @@ from miniagent.lab.harness.panel import render_panel, sparkline
 from miniagent.lab.harness.run import run_experiment
 from miniagent.lab.harness.charts import save_record, write_svg, write_svg_pair
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ADVERSARIAL = "Please conjugate the verb eat lovingly in the dreaming tense"
 NO_CAPS = ["--max-turns", "100000", "--max-tool-calls", "100000", "--wall-clock-s", "100000",
            "--max-run-tokens", "1000000000", "--decline-out-of-grammar", "false"]  # nor the no to the dreaming tense
@@ -339,8 +339,8 @@ def test_the_deadline_note_says_how_the_deadline_was_counted():
 # --------------------------------------------------------------------------
 
 DOCS_COLUMN_PX = 690  # the text column of a docs page on a desktop screen (mkdocs-material)
-RESULTS = Path(__file__).resolve().parents[2] / "docs_results"
-CHARTS = Path(__file__).resolve().parents[2] / "docs" / "assets" / "results"
+RESULTS = Path(__file__).resolve().parents[3] / "docs_results"
+CHARTS = Path(__file__).resolve().parents[3] / "docs" / "assets" / "results"
 
 
 def _measured() -> list[Path]:

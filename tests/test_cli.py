@@ -128,7 +128,7 @@ def test_a_wait_without_a_deadline_wakes_up_every_signal_check():
 # it must not.
 
 def _module(tmp_path, *argv: str, before: str = "") -> "subprocess.CompletedProcess[str]":
-    src = str(Path(__file__).resolve().parents[2] / "src")
+    src = str(Path(__file__).resolve().parents[1] / "src")
     code = (f"import atexit, runpy, sys\n{before}\nsys.argv = ['miniagent', *{list(argv)!r}]\n"
             "runpy.run_module('miniagent', run_name='__main__', alter_sys=True)\n")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path,
@@ -212,7 +212,7 @@ def no_outside_settings(tmp_path, monkeypatch):
     monkeypatch.setattr("miniagent.processes.install_sigterm_handler", lambda: None)
 
 
-EVAL_SET = str(Path(__file__).resolve().parents[2] / "labs" / "01-tutor-end-to-end" / "eval.jsonl")
+EVAL_SET = str(Path(__file__).resolve().parents[1] / "labs" / "01-tutor-end-to-end" / "eval.jsonl")
 
 
 @pytest.mark.parametrize("command", [["ask", "What is the past simple of go for she?"],

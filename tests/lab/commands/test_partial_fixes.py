@@ -68,6 +68,7 @@ def runs(monkeypatch):
     """Stand-ins for the check's copies and pytest runs: each piece's run exits with ``codes[its label]`` (1 when
     not given), found by the text it wrote, and prints ``out``."""
     how = {"codes": {}, "out": ""}
+    label_of = {p.text: p.label for p in partial_fixes.pieces(NO_CAP)}  # here: ast.parse is not for threads (3.11)
 
     def work_copy(root, prefix):
         work = Path(tempfile.mkdtemp(prefix=prefix))
@@ -76,7 +77,7 @@ def runs(monkeypatch):
 
     def pytest_run(work, tests, timeout_s, *extra):
         text = (work / "src/miniagent/agent/loop.py").read_text(encoding="utf-8")
-        label = next(p.label for p in partial_fixes.pieces(NO_CAP) if p.text == text)
+        label = label_of[text]
         return subprocess.CompletedProcess([], how["codes"].get(label, 1), stdout=how["out"], stderr="")
 
     monkeypatch.setattr(maintainer, "_work_copy", work_copy)

@@ -24,7 +24,7 @@ from miniagent.lab.harness.record import crash_note, machine_note, summary
 from miniagent.lab.harness.run import run_experiment
 from miniagent.lab.learner.scoring import compare
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 QUESTION = "What is the past simple of go for she?"
 
 

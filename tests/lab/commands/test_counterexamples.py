@@ -50,7 +50,7 @@ def test_the_page_lists_the_world_in_the_pages_language():
 def test_every_break_names_a_property_test_with_two_language_titles():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     for brk in catalogue(root):
         tests = ce.property_tests(brk)
         assert tests, f"{brk.id} names no property test in [check] tests"

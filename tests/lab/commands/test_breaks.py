@@ -18,7 +18,7 @@ from miniagent.lab.commands import experiment, maintainer, screen
 from miniagent.lab.catalogue import Break, BreakError, busy_cpu_floor, catalogue, cpu_disturbed, find
 from miniagent.lab.patching import apply_to_tree, is_applied, revert_in_tree
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXPECTED = ["00-no-cap", "01-dead-config", "02-broad-catch", "03-no-dedup", "04-no-breaker", "05-no-tool-timeout",
             "06-no-wall-clock", "07-endless-continue", "08-silent-cap", "09-orphan-server",
             "10-no-token-budget", "11-no-format-breaker", "12-no-stuck-detector",
@@ -45,7 +45,7 @@ def test_the_catalogue_has_every_break_with_complete_metadata():
 def test_every_break_patch_fits_the_intact_source_line_for_line(brk):
     """A patch that git applies only at an offset still works, but what the learner reads on its page (the
     patch itself) no longer matches the source they open; a change to src/ must regenerate the patches."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     checked = subprocess.run(["git", "apply", "--check", "--verbose", str(brk.patch)], cwd=root, capture_output=True,
                              text=True)
     assert checked.returncode == 0, checked.stderr

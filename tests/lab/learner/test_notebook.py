@@ -11,7 +11,7 @@ from miniagent.lab.learner.notebook import PredictionError, add_prediction, appe
 from miniagent.lab.learner.paths import notebook_path
 from miniagent.lab.learner.scoring import compare, render_comparison
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 OBSERVED = {
     "outcome": "timeout",

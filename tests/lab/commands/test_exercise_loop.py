@@ -23,7 +23,7 @@ from miniagent.lab.commands import exercises, experiment
 from miniagent.lab.catalogue import find
 from miniagent.lab.patching import apply_to_tree, is_applied, reset_in_tree
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -348,7 +348,7 @@ def test_a_decorator_that_names_its_own_function_is_refused_not_written_out_wron
 
 
 def test_every_file_a_wing_mutates_is_written_out_whole_and_still_compiles():
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     files = {path for wing in mutants.WINGS for path in mutants.mutated_files(root, wing)}
     assert root / "tasks.py" in files and root / "src" / "miniagent" / "tools" / "lexicon.py" in files
     written = 0
