@@ -197,15 +197,14 @@ def check_pieces(brk: Break, root: Path = ROOT) -> list[str]:
             shutil.rmtree(work, ignore_errors=True)
         # The tests cannot even import the code (a class the fix left out): as red as a failing test. They import
         # the intact code (the maintainer check runs them there first), so the piece is what breaks the import.
-        unimportable = proc.returncode in (2, 4) and "ERROR collecting tests/" in proc.stdout
-        said = None if unimportable else judge_pytest(proc, "the guard tests")
-        if said and piece.label in cosmetic and "not caught" in said:
-            return None
-        if said and "not caught" in said:
-            return f"a fix {piece.label} passes its guard tests (or list it under [[check.cosmetic]] with why)"
-        if not said and piece.label in cosmetic:
-            return f"{piece.label} is listed as cosmetic, yet its guard tests catch it: take it off the list"
-        return said
+        caught = proc.returncode == 1 or proc.returncode in (2, 4) and "ERROR collecting tests/" in proc.stdout
+        if proc.returncode == 0:
+            return None if piece.label in cosmetic else \
+                f"a fix {piece.label} passes its guard tests (or list it under [[check.cosmetic]] with why)"
+        if caught:
+            return f"{piece.label} is listed as cosmetic, yet its guard tests catch it: take it off the list" \
+                if piece.label in cosmetic else None
+        return judge_pytest(proc, "the guard tests")
 
     with ThreadPoolExecutor(max_workers=machine_cores()) as pool:
         problems = [p for p in pool.map(run, found) if p]
