@@ -566,7 +566,7 @@ def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questi
 
     from miniagent.lab.commands import classload
     from miniagent.lab.evaluation import load_eval_set
-    from miniagent.lab.model_server import SERVERS, ServerNotReady
+    from miniagent.serving.start import SERVERS, ServerNotReady
     from miniagent.models.settings import SERVER_URL
     from miniagent.settings import load_config
 

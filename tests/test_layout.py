@@ -19,7 +19,8 @@ MAY_IMPORT = {
     "agent": {"agent"},
     "models": {"agent", "models", "processes"},
     "tools": {"agent", "tools", "processes"},
-    "lab": {"agent", "models", "tools", "lab", "processes", "settings"},
+    "serving": {"agent", "models", "serving", "processes"},  # a class's model server, and how the lab starts one
+    "lab": {"agent", "models", "tools", "serving", "lab", "processes", "settings"},
     "processes": set(),  # a leaf: processes, threads and signals, for every wing but the agent's
     "settings": {"agent", "models", "tools"},  # every wing's settings, read together
 }

@@ -514,7 +514,7 @@ def test_exp_refuses_a_timeout_no_clock_can_reach(monkeypatch, capsys, timeout, 
 
 def test_class_load_refuses_a_server_it_does_not_know_naming_every_one_it_does(monkeypatch, capsys):
     from miniagent.lab.commands import classload
-    from miniagent.lab.model_server import SERVERS
+    from miniagent.serving.start import SERVERS
 
     monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: pytest.fail("started a class"))
     assert exit_status(lambda: tasks.class_load(Context(), learners="1", server="vllm")) == 2
@@ -525,7 +525,7 @@ def test_class_load_refuses_a_server_it_does_not_know_naming_every_one_it_does(m
 @pytest.mark.parametrize("failure", ["a learner did not start (see /tmp/class): ''",
                                      "the model server exited during start-up (exit code 3)"])
 def test_a_class_that_cannot_be_measured_says_why_in_one_line_and_fails(monkeypatch, capsys, failure):
-    from miniagent.lab import model_server
+    from miniagent.serving import start as model_server
     from miniagent.lab.commands import classload
 
     kind = classload.ClassFailed if failure.startswith("a learner") else model_server.ServerNotReady

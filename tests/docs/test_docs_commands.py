@@ -282,12 +282,12 @@ def _module_parser(module: str):
         from miniagent.lab.harness.__main__ import build_parser
 
         return build_parser()
-    if module == "miniagent.models.llama_server":
-        from miniagent.models.llama_server import build_parser
+    if module == "miniagent.serving.llama_cpp_server":
+        from miniagent.serving.llama_cpp_server import build_parser
 
         return build_parser()
-    if module == "miniagent.models.class_server":
-        from miniagent.models.class_server import build_parser
+    if module == "miniagent.serving.class_server":
+        from miniagent.serving.class_server import build_parser
 
         return build_parser()
     return None

@@ -195,7 +195,7 @@ def test_on_a_cpu_that_reports_amx_the_default_leaves_the_amx_path_out_and_answe
 
 def test_the_model_servers_take_the_setting_from_every_layer(tmp_path):
     """Both servers a teacher can start (the lab's and llama-cpp-python's) choose with ``amx_from_layers``."""
-    from miniagent.models.llama_server import amx_from_layers
+    from miniagent.serving.llama_cpp_server import amx_from_layers
 
     amx_cpu, file, empty = cpuinfo(tmp_path, AMX_FLAGS), tmp_path / "miniagent.toml", tmp_path / "empty.toml"
     file.write_text('llama_amx = "on"\nmodel = "elsewhere.gguf"\n')  # the file's other settings are not its business
@@ -220,7 +220,7 @@ def test_the_model_servers_take_the_setting_from_every_layer(tmp_path):
 def test_a_class_server_takes_the_same_choice(tmp_path, kind, line):
     """A teacher's server, either of the two, loads the model with the lab's AMX choice and says so."""
     pytest.importorskip("uvicorn")
-    from miniagent.lab.model_server import model_server
+    from miniagent.serving.start import model_server
 
     log = tmp_path / "server.log"
     with model_server(kind, log=log, extra_args=("--llama-amx", "off")):

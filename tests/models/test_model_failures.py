@@ -366,12 +366,12 @@ def test_a_wedged_model_server_ends_invoke_ask_with_model_failed_and_says_so():
 
 def test_every_completion_names_its_learner_and_two_learners_differ():
     """The class server keeps a learner's prompt in that learner's slot by the request's ``user``."""
-    from miniagent.models.openai_server import ModelServer
+    from miniagent.models.server_client import ModelServerClient
 
     body = json.dumps({"choices": [{"text": "went", "finish_reason": "stop",
                                     "logprobs": {"top_logprobs": [{"went": -0.1}]}}]}).encode()
     with FakeModelServer(body=body) as fake:
-        first, second = ModelServer(fake.url, max_retries=0), ModelServer(fake.url, max_retries=0)
+        first, second = ModelServerClient(fake.url, max_retries=0), ModelServerClient(fake.url, max_retries=0)
         try:
             first.complete("Q: go", 4, ['"'], None)
             first.top_logprobs("Q: go", None)
@@ -386,10 +386,10 @@ def test_every_completion_names_its_learner_and_two_learners_differ():
 
 def _recorded(body: bytes, ask):
     """Run ``ask(server)`` against a FakeModelServer answering ``body``; (what it returned, the requests sent)."""
-    from miniagent.models.openai_server import ModelServer
+    from miniagent.models.server_client import ModelServerClient
 
     with FakeModelServer(body=body) as fake:
-        server = ModelServer(fake.url, "gemma", max_retries=0)
+        server = ModelServerClient(fake.url, "gemma", max_retries=0)
         try:
             return ask(server), fake.requests
         finally:
@@ -409,10 +409,10 @@ def test_a_completion_asks_for_greedy_text_with_the_stop_marks_and_reads_the_rep
 
 def test_a_reply_without_a_choice_names_the_model_server():
     from miniagent.agent.errors import ModelFailed
-    from miniagent.models.openai_server import ModelServer
+    from miniagent.models.server_client import ModelServerClient
 
     with FakeModelServer(body=MALFORMED["no choices"]) as fake:
-        server = ModelServer(fake.url, max_retries=0)
+        server = ModelServerClient(fake.url, max_retries=0)
         try:
             with pytest.raises(ModelFailed, match=f"^the model server at {fake.url} answered without any choice"):
                 server.complete("Q: go", 4, [], None)
@@ -450,13 +450,13 @@ LONG = "x" * 200
 def test_a_status_errors_detail_is_the_servers_own_words_cut_to_160_characters(body, message, said):
     from types import SimpleNamespace
 
-    from miniagent.models.openai_server import _status_detail
+    from miniagent.models.server_client import _status_detail
 
     assert _status_detail(SimpleNamespace(body=body, message=message)) == said
 
 
 def test_an_unreachable_servers_cause_is_the_underlying_error_else_its_own():
-    from miniagent.models.openai_server import _cause
+    from miniagent.models.server_client import _cause
 
     try:
         try:
@@ -485,7 +485,7 @@ def test_an_unreachable_servers_cause_is_the_underlying_error_else_its_own():
 ])
 def test_a_reply_without_a_usable_choice_is_a_model_failure_that_says_what_came(reply, said):
     from miniagent.agent.errors import ModelFailed
-    from miniagent.models.openai_server import _choice
+    from miniagent.models.server_client import _choice
 
     with pytest.raises(ModelFailed) as failed:
         _choice(reply, "the model server at http://class:8000/v1")
@@ -504,7 +504,7 @@ def test_a_reply_without_a_usable_choice_is_a_model_failure_that_says_what_came(
     ({}, {}),
 ])
 def test_a_streamed_chunks_top_log_probabilities_are_read_and_anything_else_is_none(chunk, top):
-    from miniagent.models.openai_server import _top_of
+    from miniagent.models.server_client import _top_of
 
     assert _top_of(chunk) == top
     assert all(type(v) is float for v in _top_of(chunk).values())
@@ -512,14 +512,14 @@ def test_a_streamed_chunks_top_log_probabilities_are_read_and_anything_else_is_n
 
 @pytest.mark.parametrize("chunk", [[1], {"error": "overloaded"}])
 def test_a_chunk_that_is_not_a_completion_is_refused(chunk):
-    from miniagent.models.openai_server import _top_of
+    from miniagent.models.server_client import _top_of
 
     with pytest.raises(ValueError, match="^not a completion chunk: "):
         _top_of(chunk)
 
 
 def test_a_replys_usage_is_read_when_it_is_an_object():
-    from miniagent.models.openai_server import _usage
+    from miniagent.models.server_client import _usage
 
     assert _usage({"usage": {"prompt_tokens": 3}}) == {"prompt_tokens": 3}
     assert _usage({"usage": [3]}) == {} and _usage({}) == {} and _usage([1]) == {}
@@ -528,14 +528,14 @@ def test_a_replys_usage_is_read_when_it_is_an_object():
 def test_an_error_without_a_body_or_a_message_is_read_as_its_text():
     from types import SimpleNamespace
 
-    from miniagent.models.openai_server import _status_detail
+    from miniagent.models.server_client import _status_detail
 
     assert _status_detail(SimpleNamespace(message="the client's words")) == "the client's words"  # no body at all
     assert _status_detail(RuntimeError("a plain error")) == "a plain error"  # no body, no message
 
 
 def test_a_chunk_that_is_not_a_completion_is_shown_in_the_refusal():
-    from miniagent.models.openai_server import _top_of
+    from miniagent.models.server_client import _top_of
 
     with pytest.raises(ValueError, match=r"^not a completion chunk: \[1\]$"):
         _top_of([1])
@@ -544,7 +544,7 @@ def test_a_chunk_that_is_not_a_completion_is_shown_in_the_refusal():
 def test_a_reply_object_without_to_dict_is_read_by_its_fields():
     from types import SimpleNamespace
 
-    from miniagent.models.openai_server import _choice
+    from miniagent.models.server_client import _choice
 
     class Unserialisable:
         def __init__(self):
@@ -559,7 +559,7 @@ def test_a_reply_object_without_to_dict_is_read_by_its_fields():
 
 def test_the_top_log_probabilities_are_asked_for_one_streamed_greedy_token():
     from miniagent.agent.errors import ModelFailed, ModelTimeout
-    from miniagent.models.openai_server import TOP_LOGPROBS
+    from miniagent.models.server_client import TOP_LOGPROBS
 
     body = json.dumps({"choices": [{"text": "went", "logprobs": {"top_logprobs": [{"went": -0.25}]}}]}).encode()
     top, (request,) = _recorded(body, lambda server: server.top_logprobs("Q: go", None))
@@ -609,11 +609,11 @@ def test_a_completion_without_text_is_refused_and_a_missing_finish_reason_reads_
 
 def test_a_model_server_is_named_without_its_trailing_slash_counts_its_requests_and_takes_the_settings_defaults(
         monkeypatch):
-    from miniagent.models.openai_server import ModelServer
+    from miniagent.models.server_client import ModelServerClient
     from miniagent.models.settings import ModelSettings
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    server = ModelServer("http://class:8000/v1/")
+    server = ModelServerClient("http://class:8000/v1/")
     try:
         assert (server.base_url, server.where) == ("http://class:8000/v1", "the model server at http://class:8000/v1")
         assert (server.model, server.max_retries, server.requests) == (
@@ -622,7 +622,7 @@ def test_a_model_server_is_named_without_its_trailing_slash_counts_its_requests_
     finally:
         server.close()
     monkeypatch.setenv("OPENAI_API_KEY", "sk-hosted")
-    server = ModelServer("http://class:8000/v1")
+    server = ModelServerClient("http://class:8000/v1")
     try:
         assert server.client.api_key == "sk-hosted"
     finally:
@@ -633,10 +633,10 @@ def test_a_model_server_is_named_without_its_trailing_slash_counts_its_requests_
 
 def test_every_request_to_a_server_that_never_answers_ends_with_the_runs_time():
     from miniagent.agent.errors import ModelTimeout
-    from miniagent.models.openai_server import ModelServer
+    from miniagent.models.server_client import ModelServerClient
 
     with FakeModelServer(hang=True) as wedged:
-        server = ModelServer(wedged.url, max_retries=0)
+        server = ModelServerClient(wedged.url, max_retries=0)
         try:
             for ask in (lambda deadline: server.model_ids(deadline),
                         lambda deadline: server.complete("Q: go", 4, [], deadline),
@@ -656,10 +656,10 @@ def test_a_stream_kept_alive_without_a_token_ends_at_the_runs_deadline():
     """Each byte of a stream restarts the request's read timeout: keep-alive comments alone must not hold a run
     past its clock. Left to them, this stream would end after 5 s with no log-probabilities (ModelFailed)."""
     from miniagent.agent.errors import ModelTimeout
-    from miniagent.models.openai_server import ModelServer
+    from miniagent.models.server_client import ModelServerClient
 
     with FakeModelServer(pings=True) as kept_alive:
-        server = ModelServer(kept_alive.url, max_retries=2)
+        server = ModelServerClient(kept_alive.url, max_retries=2)
         try:
             with pytest.raises(ModelTimeout, match="did not answer in the time left"):
                 server.top_logprobs("Q: go", time.monotonic() + 0.3)
@@ -671,10 +671,10 @@ def test_a_stream_kept_alive_without_a_token_ends_at_the_runs_deadline():
 @pytest.mark.timing
 def test_a_kept_alive_stream_is_cut_at_its_deadline_not_later():
     from miniagent.agent.errors import ModelTimeout
-    from miniagent.models.openai_server import ModelServer
+    from miniagent.models.server_client import ModelServerClient
 
     with FakeModelServer(pings=True) as kept_alive:
-        server = ModelServer(kept_alive.url, max_retries=0)
+        server = ModelServerClient(kept_alive.url, max_retries=0)
         try:
             started = time.monotonic()
             with pytest.raises(ModelTimeout):
@@ -687,10 +687,10 @@ def test_a_kept_alive_stream_is_cut_at_its_deadline_not_later():
 def test_a_stream_the_server_drops_is_a_connection_failure_and_is_retried():
     """Cut by the server, not by the deadline: the server could not be reached, as any dropped request."""
     from miniagent.agent.errors import ModelFailed
-    from miniagent.models.openai_server import ModelServer
+    from miniagent.models.server_client import ModelServerClient
 
     with FakeModelServer(drops=True) as dropping:
-        server = ModelServer(dropping.url, max_retries=1, sleep=lambda s: None)
+        server = ModelServerClient(dropping.url, max_retries=1, sleep=lambda s: None)
         try:
             with pytest.raises(ModelFailed, match=r"^could not reach the model server at .* \(after 1 retries\)$"):
                 server.top_logprobs("Q: go", time.monotonic() + 30)
@@ -703,7 +703,7 @@ def test_a_cutoff_shuts_its_connection_once_and_leaves_a_transport_without_a_soc
     import socket
     from types import SimpleNamespace
 
-    from miniagent.models.openai_server import Cutoff
+    from miniagent.models.server_client import Cutoff
 
     ours, theirs = socket.socketpair()
     network = SimpleNamespace(get_extra_info=lambda name: {"socket": ours}[name])
@@ -725,7 +725,7 @@ def test_a_cutoff_shuts_its_connection_once_and_leaves_a_transport_without_a_soc
 def test_a_cutoff_never_holds_the_process_at_its_exit():
     """A Ctrl-C can land between the cut-off's start and the caller's cancel: the process still exits at once, not
     when the timer would have fired (a minute here)."""
-    program = ("import socket, time; from types import SimpleNamespace; from miniagent.models.openai_server import "
+    program = ("import socket, time; from types import SimpleNamespace; from miniagent.models.server_client import "
                "Cutoff; ours, theirs = socket.socketpair(); network = SimpleNamespace(get_extra_info=lambda n: ours); "
                "Cutoff(SimpleNamespace(extensions={'network_stream': network}), time.monotonic() + 60); print('left')")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=30)
@@ -735,11 +735,11 @@ def test_a_cutoff_never_holds_the_process_at_its_exit():
 def test_a_stream_that_ends_before_its_deadline_keeps_its_connection_and_its_answer():
     """The cut-off belongs to the stream it bounds: a reply read in time is returned whole, and the next request
     on the same client is answered."""
-    from miniagent.models.openai_server import ModelServer
+    from miniagent.models.server_client import ModelServerClient
 
     body = json.dumps({"choices": [{"text": " went", "logprobs": {"top_logprobs": [{" went": -0.1}]}}]}).encode()
     with FakeModelServer(body=body) as fake:
-        server = ModelServer(fake.url, max_retries=0)
+        server = ModelServerClient(fake.url, max_retries=0)
         try:
             for _ in range(3):
                 assert server.top_logprobs("Q: go", time.monotonic() + 5) == {" went": -0.1}
@@ -749,13 +749,13 @@ def test_a_stream_that_ends_before_its_deadline_keeps_its_connection_and_its_ans
 
 
 def test_a_value_shown_in_a_message_keeps_its_characters_and_shows_what_json_cannot_write():
-    from miniagent.models.openai_server import _short
+    from miniagent.models.server_client import _short
 
     assert _short({"answer": "él fue"}) == '{"answer": "él fue"}'
     assert _short({"when": frozenset({3})}) == '{"when": "frozenset({3})"}'
 
 
-# --- ModelServer.call: which failures are retried, how long it waits, what it says (a stand-in send and sleep) -----
+# --- ModelServerClient.call: which failures are retried, how long it waits, what it says (a stand-in send and sleep) -----
 def _errors():
     import httpx2
     import openai
@@ -778,11 +778,11 @@ def _errors():
 
 
 def _caller(max_retries: int, outcomes: list):
-    """A ModelServer whose request is ``outcomes`` in turn (raised when an exception), and the pauses it slept."""
-    from miniagent.models.openai_server import ModelServer
+    """A ModelServerClient whose request is ``outcomes`` in turn (raised when an exception), and the pauses it slept."""
+    from miniagent.models.server_client import ModelServerClient
 
     slept: list[float] = []
-    server = ModelServer("http://class:8000/v1", max_retries=max_retries, sleep=slept.append)
+    server = ModelServerClient("http://class:8000/v1", max_retries=max_retries, sleep=slept.append)
     timeouts: list[float] = []
 
     def send(timeout: float):
@@ -835,7 +835,7 @@ def test_no_retry_starts_that_would_end_after_the_run():
 
 
 def test_a_server_that_says_no_is_not_asked_again_and_its_status_is_kept():
-    from miniagent.models.openai_server import RequestRefused
+    from miniagent.models.server_client import RequestRefused
 
     _, _, _, status = _errors()
     server, send, slept, _ = _caller(2, [status(400, "json_schema is not accepted")])
@@ -850,7 +850,7 @@ def test_a_server_that_says_no_is_not_asked_again_and_its_status_is_kept():
 
 def test_what_ends_a_call_says_which_clock_ended_it_and_what_came_back(monkeypatch):
     from miniagent.agent.errors import ModelFailed, ModelTimeout
-    from miniagent.models import openai_server
+    from miniagent.models import server_client
 
     openai, request, _, _ = _errors()
     where = "the model server at http://class:8000/v1"
@@ -872,7 +872,7 @@ def test_what_ends_a_call_says_which_clock_ended_it_and_what_came_back(monkeypat
         assert server.call(send, time.monotonic() + 0.5) == "the reply"  # half a second left is time enough
         with pytest.raises(ModelTimeout, match=f"^{where} did not answer in the time left$"):
             server.call(send, time.monotonic() - 0.01)
-        monkeypatch.setattr(openai_server, "NO_RUN_LIMIT_S", 0.0)
+        monkeypatch.setattr(server_client, "NO_RUN_LIMIT_S", 0.0)
         with pytest.raises(ModelFailed, match=f"^{where} did not answer within 0 s$"):
             server.call(send, None)
     finally:

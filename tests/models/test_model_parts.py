@@ -11,7 +11,7 @@ import pytest
 
 from miniagent.models.llama_params import AmxChoice, LlamaLog, model_params, weight_buffers
 from miniagent.models.llama_runtime import LLAMA_LOG, KVRuntime
-from miniagent.models.openai_server import token_count
+from miniagent.models.server_client import token_count
 
 
 def runtime(n_threads: int, buffers: dict[str, float]) -> KVRuntime:
@@ -91,19 +91,19 @@ def status_error(body, message="Error code: 400"):
     (None, "Error code: 400"),
 ])
 def test_a_refusal_says_the_servers_own_words(body, said):
-    from miniagent.models.openai_server import _status_detail
+    from miniagent.models.server_client import _status_detail
 
     assert _status_detail(status_error(body)) == said
 
 
 def test_without_a_message_attribute_the_error_itself_is_shown():
-    from miniagent.models.openai_server import _status_detail
+    from miniagent.models.server_client import _status_detail
 
     assert _status_detail(ValueError("the connection reset")) == "the connection reset"
 
 
 def test_a_refused_request_keeps_its_status():
-    from miniagent.models.openai_server import RequestRefused
+    from miniagent.models.server_client import RequestRefused
 
     refused = RequestRefused("the model server answered HTTP 404: gone", 404)
     assert (str(refused), refused.status) == ("the model server answered HTTP 404: gone", 404)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import THREADS
 
-from miniagent.lab.model_server import free_port, llama_cpp_server
+from miniagent.serving.start import free_port, llama_cpp_server
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "What is the past simple of go for she?"
@@ -99,7 +99,7 @@ def test_the_server_is_reaped():
     before = {p.pid for p in psutil.Process().children()}  # the module's server may be running too
     with llama_cpp_server() as url:
         (server,) = [p for p in psutil.Process().children()
-                     if p.pid not in before and "miniagent.models.llama_server" in " ".join(p.cmdline())]
+                     if p.pid not in before and "miniagent.serving.llama_cpp_server" in " ".join(p.cmdline())]
         assert url.startswith("http://127.0.0.1:")
     assert not psutil.pid_exists(server.pid), "stopped and waited for: no process, not even a zombie"
 

@@ -46,7 +46,7 @@ from ..agent.errors import ModelFailed, ModelTimeout
 from ..agent.ports import Entry, ModelReply
 from .llama_params import vocab_only_params
 from .llama_runtime import Decoded, close_quietly, common_prefix, default_model_path, open_model_file
-from .openai_server import TOP_LOGPROBS, ModelServer, RequestRefused, token_count
+from .server_client import TOP_LOGPROBS, ModelServerClient, RequestRefused, token_count
 from .prompt import HEADER, render
 from .scored import ScoredDecoder
 from .settings import DECODE_MODES, RESPONSE_FORMATS, check_choice
@@ -74,7 +74,7 @@ class ServerRuntime:
     request, so ``evaluated`` counts what a lone client makes the server evaluate.
     """
 
-    def __init__(self, server: ModelServer, model_path: str | None = None, *, n_ctx: int = 2048,
+    def __init__(self, server: ModelServerClient, model_path: str | None = None, *, n_ctx: int = 2048,
                  warm_up: bool = False, startup_s: float = STARTUP_S) -> None:
         path = model_path or default_model_path()
         if not os.path.isfile(path):
@@ -252,7 +252,7 @@ class OpenAIBackend:
                  warm_up: bool = False, startup_s: float = STARTUP_S) -> None:
         check_choice("decode", decode, DECODE_MODES)
         check_choice("openai_response_format", response_format, RESPONSE_FORMATS)
-        self.server = ModelServer(base_url, model, max_retries=max_retries)
+        self.server = ModelServerClient(base_url, model, max_retries=max_retries)
         self.response_format = response_format
         self.format_in_use = "json_schema" if response_format == "auto" else response_format
         self.rt = ServerRuntime(self.server, model_path, n_ctx=n_ctx, warm_up=warm_up, startup_s=startup_s)

@@ -259,7 +259,7 @@ def test_a_learner_on_a_backend_without_a_server_reports_no_requests(monkeypatch
 def test_each_level_runs_against_the_server_the_class_shares(monkeypatch, server, base_url, kind, url):
     import contextlib
 
-    from miniagent.lab import model_server
+    from miniagent.serving import start as model_server
 
     levels, started, seen = [], [], []
 
@@ -327,7 +327,7 @@ def test_the_report_says_when_and_on_how_busy_a_machine_the_class_ran(monkeypatc
     import contextlib
     import re
 
-    from miniagent.lab import model_server
+    from miniagent.serving import start as model_server
 
     started = []
 

@@ -213,7 +213,7 @@ def class_load(levels: list[int], *, server: str = "miniagent", base_url: str | 
                model_path: str | None = None, on_level=None) -> dict:
     """Every level in turn against one server: ``base_url``, or one of :data:`SERVERS` started here and reaped,
     or ``"local"``: no server, each learner runs the local backend on this machine (the baseline)."""
-    from ..model_server import SERVERS, model_server
+    from ...serving.start import SERVERS, model_server
 
     if base_url is None and server not in (*SERVERS, LOCAL):
         raise ValueError(f"no server named {server!r}: choose {', '.join((*SERVERS, LOCAL))}, or give a base URL")

@@ -59,8 +59,11 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
                 "models/test_model_threads", "models/test_model_failures", "models/test_openai_backend",
                 "models/test_shared_server", "models/test_model_file", "models/test_prompt", "models/test_scripted",
                 "models/test_model_parts", "models/test_make_backend", "models/test_scored_decoder",
-                "models/test_slots", "models/test_class_server", "models/test_class_server_main",
-                "models/test_server_runtime", "test_settings_reach"]),
+                "models/test_server_client_runtime", "test_settings_reach"]),
+    # a class's model server (the lab's own, llama-cpp-python's launcher) and how the lab starts one
+    "serving": (["src/miniagent/serving/*"],
+                ["serving/test_slots", "serving/test_class_server", "serving/test_class_server_main",
+                 "serving/test_start", "models/test_amx", "test_settings_reach"]),
     "tools": (["src/miniagent/tools/*"],
               ["tools/test_conjugation", "tools/test_verb_forms", "tools/test_mcp_surface", "tools/test_mcp_server",
                "tools/test_mcp_client_messages", "tools/test_properties_client", "tools/test_mcp_client_outcomes",
@@ -75,7 +78,7 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
              "lab/commands/test_counterexamples", "lab/test_words", "lab/test_expect", "lab/learner/test_scoring",
              "lab/learner/test_notebook_notes", "lab/test_reset", "lab/harness/test_panel",
              "lab/harness/test_record", "lab/harness/test_deadline", "lab/harness/test_process_tree",
-             "lab/harness/test_harness_watch", "lab/harness/test_harness_cli", "lab/test_model_server",
+             "lab/harness/test_harness_watch", "lab/harness/test_harness_cli", "serving/test_start",
              "lab/commands/test_mutation_run", "lab/commands/test_check_breaks", "lab/commands/test_partial_fixes",
              "lab/commands/test_class_load_driver", "lab/commands/test_bench", "test_tasks", "test_settings_reach"]),
     # the package's top level: the command line, the process module, every wing's settings read together
@@ -139,7 +142,7 @@ def mutmut_config(wing: str) -> str:
         # Each mutant's tests run in a process forked from a server that ran no test: forked from mutmut's own
         # process, which ran the suite once to time it, the tests that evaluate the real model hang on
         # llama.cpp's threads (they do not survive a fork), and every such mutant counts as a timeout, that is
-        # as killed.  Found on models/slots.py: 32 "timeouts" of the first 35 mutants, 0 with a fork server.
+        # as killed.  Found on serving/slots.py: 32 "timeouts" of the first 35 mutants, 0 with a fork server.
         'process_isolation = "forkserver"',
     ]) + "\n"
 

@@ -1,4 +1,4 @@
-"""The class server's runtime (models/slots.py) on the real model: which slot a prompt goes to, what it
+"""The class server's runtime (serving/slots.py) on the real model: which slot a prompt goes to, what it
 evaluates, and that its numbers are llama.cpp's, as the local runtime computes them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from helpers import THREADS
 
 from miniagent.models.llama_runtime import KVRuntime, load_weights, log_softmax
 from miniagent.models.prompt import HEADER
-from miniagent.models.slots import KEEP_IF_DROPPING_AT_MOST, Slots
+from miniagent.serving.slots import KEEP_IF_DROPPING_AT_MOST, Slots
 
 pytestmark = pytest.mark.real_model
 

@@ -1,8 +1,8 @@
 """A shared model server, started as a teacher starts it, with its defaults: the lab's class server or
 llama-cpp-python's.
 
-``model_server()`` starts ``python -m miniagent.models.class_server --model PATH`` (or
-``miniagent.models.llama_server``: llama-cpp-python's server, with llama.cpp's AMX path left out where the
+``model_server()`` starts ``python -m miniagent.serving.class_server --model PATH`` (or
+``miniagent.serving.llama_cpp_server``: llama-cpp-python's server, with llama.cpp's AMX path left out where the
 CPU reports AMX) on loopback, waits until
 the server *answers a completion* (an open port is not enough: the model loads after the socket
 opens, and the first request on a cold server evaluates the whole prompt), yields its base URL,
@@ -35,9 +35,9 @@ def free_port() -> int:
 
 def wait_until_it_answers(base_url: str, process: subprocess.Popen | None = None, *, timeout_s: float = 300.0) -> float:
     """Seconds until a one-token completion comes back; ServerNotReady if the process dies or time runs out."""
-    from ..models.openai_server import ModelServer
+    from ..models.server_client import ModelServerClient
 
-    server = ModelServer(base_url, max_retries=0)
+    server = ModelServerClient(base_url, max_retries=0)
     started = time.monotonic()
     deadline = started + timeout_s
     last = "no answer yet"
@@ -62,8 +62,8 @@ STOP_GRACE_S = 10.0
 
 
 SERVERS = {  # --server of class-load: which model server a class shares
-    "miniagent": "miniagent.models.class_server",  # the lab's: a slot per learner, numpy's top log-probabilities
-    "llama-cpp-python": "miniagent.models.llama_server",  # llama-cpp-python's, with the lab's AMX choice
+    "miniagent": "miniagent.serving.class_server",  # the lab's: a slot per learner, numpy's top log-probabilities
+    "llama-cpp-python": "miniagent.serving.llama_cpp_server",  # llama-cpp-python's, with the lab's AMX choice
 }
 
 
@@ -73,7 +73,7 @@ def llama_cpp_server(model_path: str | None = None, **how) -> contextlib.Abstrac
 
 
 def class_server(model_path: str | None = None, **how) -> contextlib.AbstractContextManager[str]:
-    """The lab's class server (:mod:`miniagent.models.class_server`); see :func:`model_server`."""
+    """The lab's class server (:mod:`miniagent.serving.class_server`); see :func:`model_server`."""
     return model_server("miniagent", model_path, **how)
 
 

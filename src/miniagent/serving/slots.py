@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..agent.errors import ContextFull
-from .llama_params import context_params
-from .llama_runtime import Weights, close_quietly, common_prefix, log_softmax
-from .vocabulary import Vocabulary
+from ..models.llama_params import context_params
+from ..models.llama_runtime import Weights, close_quietly, common_prefix, log_softmax
+from ..models.vocabulary import Vocabulary
 
 # A prompt that would throw away more than this many tokens of the slot it shares most with belongs to another
 # learner (or to a new question): it gets a slot of its own.  The scored walk's own backtracking is shorter.

@@ -1,6 +1,6 @@
 """The lab's class server: one model for a class, behind the part of the OpenAI API the ``openai`` backend uses.
 
-    python -m miniagent.models.class_server [--host 0.0.0.0] [--port 8000] [--slots 16] [--n-ctx 16384]
+    python -m miniagent.serving.class_server [--host 0.0.0.0] [--port 8000] [--slots 16] [--n-ctx 16384]
                                             [--n-threads N] [--model PATH] [--llama-amx auto|on|off]
 
 It answers ``GET /v1/models`` and ``POST /v1/completions`` (raw text in, greedy text out, ``stop``,
@@ -168,9 +168,9 @@ def _event(frame: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .settings import AMX_CHOICES
+    from ..models.settings import AMX_CHOICES
 
-    parser = argparse.ArgumentParser(prog="python -m miniagent.models.class_server",
+    parser = argparse.ArgumentParser(prog="python -m miniagent.serving.class_server",
                                      description="The lab's class server: one model, a slot per learner, "
                                                  "the completions endpoint scored decoding uses.")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: the whole network)")
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"miniagent: bad setting: --{name.replace('_', '-')} must be at least 1, not {value}", file=sys.stderr)
             return 2
     from ..agent.config import ConfigError
-    from .llama_server import amx_from_layers
+    from .llama_cpp_server import amx_from_layers
 
     try:
         amx = amx_from_layers(args.llama_amx)
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from ..processes import usable_cores
-    from .llama_runtime import load_weights
+    from ..models.llama_runtime import load_weights
     from .slots import Slots
 
     threads = args.n_threads or usable_cores()

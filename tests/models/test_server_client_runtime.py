@@ -22,7 +22,7 @@ from miniagent.agent.grounding import Grounds
 from miniagent.agent.ports import Entry
 from miniagent.models import openai_compat
 from miniagent.models.openai_compat import SYSTEM, OpenAIBackend, ServerRuntime
-from miniagent.models.openai_server import RequestRefused
+from miniagent.models.server_client import RequestRefused
 from miniagent.models.prompt import render
 
 WHERE = "the model server at http://stub/v1"
@@ -48,7 +48,7 @@ def clock(monkeypatch) -> Clock:
 
 
 class Server:
-    """A ModelServer stand-in: every request is kept; each answers from its list, or raises what is there."""
+    """A ModelServerClient stand-in: every request is kept; each answers from its list, or raises what is there."""
 
     where = WHERE
     base_url = "http://stub/v1"
@@ -490,7 +490,7 @@ def recording(made: dict, name: str, **attrs):
 
 def backend_parts(monkeypatch, logprobs_ok=None) -> dict:
     made: dict = {}
-    monkeypatch.setattr(openai_compat, "ModelServer", recording(made, "server"))
+    monkeypatch.setattr(openai_compat, "ModelServerClient", recording(made, "server"))
     monkeypatch.setattr(openai_compat, "ServerRuntime", recording(made, "runtime", logprobs_ok=logprobs_ok))
     monkeypatch.setattr(openai_compat, "ScoredDecoder", recording(made, "decoder"))
     return made

@@ -1,6 +1,6 @@
 """llama-cpp-python's OpenAI-compatible server, with the lab's choice of llama.cpp's AMX path.
 
-    python -m miniagent.models.llama_server [--llama-amx auto|on|off] --model PATH [llama_cpp.server options]
+    python -m miniagent.serving.llama_cpp_server [--llama-amx auto|on|off] --model PATH [llama_cpp.server options]
 
 Everything but ``--llama-amx`` goes to ``python -m llama_cpp.server`` unchanged.  The setting comes from
 the same layers as the tutor's (defaults, ``miniagent.toml``, ``MINIAGENT_LLAMA_AMX``, the flag):
@@ -15,8 +15,8 @@ import argparse
 import sys
 
 from ..agent.config import ConfigError, layered
-from .llama_params import AmxChoice, choose_amx
-from .settings import AMX_CHOICES, ModelSettings, check
+from ..models.llama_params import AmxChoice, choose_amx
+from ..models.settings import AMX_CHOICES, ModelSettings, check
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     from llama_cpp.server.cli import add_args_from_model
     from llama_cpp.server.settings import Settings
 
-    parser = argparse.ArgumentParser(prog="python -m miniagent.models.llama_server",
+    parser = argparse.ArgumentParser(prog="python -m miniagent.serving.llama_cpp_server",
                                      description="llama-cpp-python's server, with the lab's AMX choice.")
     parser.add_argument("--llama-amx", choices=AMX_CHOICES, default=None,
                         help="llama.cpp's AMX path: auto (off where the CPU reports AMX), on or off "

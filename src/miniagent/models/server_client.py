@@ -2,7 +2,7 @@
 run's clock, every failure a typed one.
 
 The client's own retries would start each attempt with the full timeout again and outlive the run's clock, so
-the client is built with ``max_retries=0`` and :class:`ModelServer` retries by itself: only when the server could
+the client is built with ``max_retries=0`` and :class:`ModelServerClient` retries by itself: only when the server could
 not be reached or said it is busy (429, 502, 503, 504), only ``max_retries`` times, and only while the run has
 time left.  Whatever else goes wrong on the server's side is ``ModelFailed``, with a message that names the model
 server; no reply, however malformed, becomes a traceback.
@@ -40,7 +40,7 @@ class RequestRefused(ModelFailed):
         self.status = status
 
 
-class ModelServer:
+class ModelServerClient:
     """One OpenAI-compatible server, through the official client: every failure a typed one."""
 
     def __init__(self, base_url: str, model: str = "local", *, max_retries: int = 2,

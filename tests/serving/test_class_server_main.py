@@ -1,11 +1,11 @@
-"""How the class server starts (models/class_server.py main): every option reaches the model, the server and
+"""How the class server starts (serving/class_server.py main): every option reaches the model, the server and
 what it says, without loading a model or opening a port."""
 
 from __future__ import annotations
 
 import pytest
 
-from miniagent.models import class_server
+from miniagent.serving import class_server
 from miniagent.models.llama_params import AmxChoice
 
 
@@ -16,7 +16,8 @@ class Started:
         import uvicorn
 
         from miniagent import processes
-        from miniagent.models import llama_runtime, slots
+        from miniagent.models import llama_runtime
+        from miniagent.serving import slots
 
         self.loaded, self.slots, self.served = [], [], []
         outer = self
@@ -119,4 +120,4 @@ def test_the_options_and_their_defaults():
         "llama_amx": None}
     with pytest.raises(SystemExit):
         class_server.build_parser().parse_args(["--llama-amx", "sometimes"])
-    assert class_server.build_parser().prog == "python -m miniagent.models.class_server"
+    assert class_server.build_parser().prog == "python -m miniagent.serving.class_server"

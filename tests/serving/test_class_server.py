@@ -1,4 +1,4 @@
-"""The lab's class server (models/class_server.py): its HTTP side against a recording stand-in for the model
+"""The lab's class server (serving/class_server.py): its HTTP side against a recording stand-in for the model
 (every field of a request reaches it, every bad request is refused and the server stays up), then the real
 server, started as a teacher starts it, with the openai backend and the official client against it."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import THREADS
 
-from miniagent.models.class_server import MAX_LOGPROBS, build_app, main
-from miniagent.models.slots import Completion
+from miniagent.serving.class_server import MAX_LOGPROBS, build_app, main
+from miniagent.serving.slots import Completion
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -219,7 +219,7 @@ def test_a_bad_number_is_refused_before_anything_loads(flag, capsys):
 @pytest.fixture(scope="module")
 def server_url():
     pytest.importorskip("uvicorn", reason="pip install 'llama-cpp-python[server]'")
-    from miniagent.lab.model_server import class_server
+    from miniagent.serving.start import class_server
 
     with class_server(extra_args=("--n-threads", str(THREADS))) as url:
         yield url
@@ -239,9 +239,9 @@ def test_the_backend_gets_an_answer_through_the_class_server(server_url):
 
 @pytest.mark.real_model
 def test_its_top_log_probabilities_through_the_official_client(server_url):
-    from miniagent.models.openai_server import ModelServer
+    from miniagent.models.server_client import ModelServerClient
 
-    server = ModelServer(server_url)
+    server = ModelServerClient(server_url)
     try:
         top = server.top_logprobs("The capital of France is", None)
         text, finish, usage = server.complete("The capital of France is", 3, [], None)

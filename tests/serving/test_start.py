@@ -1,7 +1,7 @@
-"""lab/model_server.py without a model: a stand-in server (a small OpenAI-compatible program started exactly as
+"""serving/start.py without a model: a stand-in server (a small OpenAI-compatible program started exactly as
 the real ones are, ``python -m MODULE --model ... --host ... --port ...``) shows what the start-up waits for,
 what it says when a server dies or never answers, and that the server's whole process group is always stopped.
-The real servers are started by tests/models/test_class_server.py and test_openai_backend.py."""
+The real servers are started by tests/serving/test_class_server.py and test_openai_backend.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import psutil
 import pytest
 from helpers import pid_alive, wait_gone
 
-from miniagent.lab import model_server as ms
+from miniagent.serving import start as ms
 from miniagent.processes import stop_group
 
 STAND_IN = textwrap.dedent('''
@@ -242,7 +242,7 @@ def test_each_named_server_is_a_model_server_of_its_kind(monkeypatch, name, kind
     monkeypatch.setattr(ms, "model_server", lambda *args, **how: calls.append((args, how)) or "started")
     assert getattr(ms, name)("/m.gguf", port=8123, log=None) == "started"
     assert calls == [((kind, "/m.gguf"), {"port": 8123, "log": None})]
-    assert ms.SERVERS[kind] in {"miniagent.models.class_server", "miniagent.models.llama_server"}
+    assert ms.SERVERS[kind] in {"miniagent.serving.class_server", "miniagent.serving.llama_cpp_server"}
 
 
 @pytest.mark.parametrize("page, says", [("classroom.md", "SIGTERM, then SIGKILL {:g} s later"),
