@@ -156,10 +156,7 @@ def test_the_cycle_check_sees_a_cycle():
 # Files and functions over the limits, each with why it is still so. The list may only shrink: a new long file or
 # function fails, and so does an entry that is no longer over its limit (take it out).
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 400, 60
-LONG_FILES = {
-    "tools/mcp_client.py": "one class: a connection's whole life (spawn, session thread, restart, bounded stop) and how "
-                           "each call ends; its argument check, the SIGTERM handler and the child's stderr live elsewhere",
-}
+LONG_FILES: dict[str, str] = {}  # none now: tools/mcp_client.py fell under the bound once its docstring summarised
 LONG_FUNCTIONS = {
     "tools/stdio_pipes.py:session_streams": "the two pumps and their shutdown read best together: one protocol",
 }

@@ -1,22 +1,8 @@
 """Argument grounding: the arguments of a tool call come from the user's words.
 
-A schema says what a call may look like; it cannot say which call the user asked for. A small model that reads
-"for I" may still pick "it"; the call then answers another question, or fails, and the model tends to repeat it.
-So where the question itself decides an argument, the decoder is offered only what the question names:
-
-* the person: a subject that is no pronoun, as written after "for" or "with" ("for my sisters", "for John");
-  else the one pronoun the question names, in any case ("I", "me", "my"; a few Spanish ones), or, when it
-  names several, the one right after "for" or "with" ("para", "con");
-* the tense: the one tense whose words the question holds ("past" is the past simple, "simple past", "past
-  perfect progressive", "pasado perfecto"); of nested matches the longest;
-* the verb: a word of the question (its quoted words, if it quotes any; a word of the request or a modal only
-  where it is the one asked about: "of must", "the verb do"), or a base form a tool error proposed;
-* the answer, after a successful conjugate result: that result, whole. The model still decides *whether* to
-  answer, or to call again.
-
-Where the question names none of one kind (or several with nothing to choose between them), the model chooses
-among all of them as before. Nothing is rewritten afterwards: the narrowed schema is what the decoder walks (the
-options it scores, the grammar that masks it), so every action stays the model's own choice among the allowed.
+Where the question names the person, the tense or the verb, the model may choose only among what it names;
+after a successful conjugate result, the answer may only be that result.  Where the question names none of
+them, the model chooses among all of them, as before.
 """
 
 from __future__ import annotations

@@ -1,33 +1,9 @@
 """Any OpenAI-compatible server (llama-cpp-python's, llama.cpp's, vLLM) as the model.
 
-A classroom can share one model server.  The backend talks to it with the
-official ``openai`` client and decodes like the local backend (``decode``):
-
-* ``scored`` (default): the very prompt the local backend builds (the few-shot
-  header, then the scratchpad), sent as raw text to the completions endpoint,
-  and the very same walk of the action schema (``scored.ScoredDecoder``): only
-  the runtime under it changes.  Where the local runtime scores the options of
-  an enum in one batched decode, ``ServerRuntime`` asks the server for the
-  next token's log-probabilities (``logprobs``, the top 20) at each point
-  where the options part, and adds them up the same way; free strings (the
-  verb, the answer) are decoded greedily by the server and checked against
-  the same token masks.  Chat templates play no part, and nothing the server
-  does to a JSON schema (or fails to do) matters.
-* ``greedy``: the chat endpoint with the turn's schema as ``response_format``.
-  Servers speak two dialects: OpenAI's ``json_schema`` (vLLM, llama.cpp's C++
-  server) and llama-cpp-python's ``json_object`` with a ``schema``.  With
-  ``response_format="auto"`` the backend tries ``json_schema`` and, when the
-  server refuses it, uses ``json_object`` from then on and says so.
-
-The tokenizer comes from the same GGUF file as the local backend's (config
-``model``, default the embedded Gemma 3 270M), read without its weights: the
-server must serve that model.  At start-up the backend checks that the server
-counts the prompt's tokens as we do, puts the header in the server's prompt
-cache, and checks that it gives log-probabilities (or falls back to greedy).
-
-Time: each call gets what is left of the run (``timeout_s``); a server that is
-still busy when that runs out raises ``ModelTimeout``, and every other failure
-is ``model_failed``, naming the model server (:mod:`.openai_server` says how).
+``decode="scored"`` (the default) walks the action schema as the local backend does, from the server's top
+log-probabilities; ``"greedy"`` asks the chat endpoint with the turn's schema as ``response_format``.  The
+server must serve the model whose GGUF file gives the tokenizer (config ``model``).  How and why:
+docs/classroom.md and docs/maintainers.md.
 """
 
 from __future__ import annotations

@@ -1,36 +1,9 @@
 """A small synchronous MCP client for the conjugation server, orphan-free by design.
 
-The agent loop is plain synchronous code; the MCP SDK is async.  The bridge:
-
-* one daemon thread per client runs an asyncio event loop;
-* one long-lived coroutine in it holds the SDK's ``ClientSession`` open over the server's pipes (how the
-  server is started: below);
-* each :meth:`MCPClient.call` submits ``session.call_tool`` to that loop with
-  ``asyncio.run_coroutine_threadsafe`` and waits on the future with a timeout.  On timeout the future is
-  cancelled, so the next call starts clean and times out on its own clock too: a wedged server can never hang
-  the caller.
-
-How the server runs: :mod:`miniagent.tools.stdio_pipes` spawns it (``python -m miniagent.tools.server``)
-before the SDK is even imported, so the two imports of the SDK, ours and the server's, run at once; the SDK's
-``ClientSession`` then talks to it over its stdin and stdout.  The child starts in its own session and process
-group (pgid == pid), so a Ctrl-C in the terminal does NOT reach it: the client has to stop it.  On close the
-client closes the server's stdin; a healthy server exits within milliseconds of that EOF.  A wedged one (see
-``--hang-on``) ignores EOF, so :meth:`MCPClient.close` signals the group itself after a short grace
-(immediately if a call already went unanswered), which bounds close to about half a second for a wedged
-server, and reaps it.
-
-Failures map onto :mod:`miniagent.agent.errors`: an ``isError`` tool result is a :class:`ToolError`, no answer
-in time is a :class:`ToolTimeout` (both recoverable), and a dead process or a broken connection is
-:class:`ServerFailed` (terminal).
-
-Arguments are checked before anything is sent (:mod:`miniagent.tools.arguments`): a call the connection could
-not carry is a ``ToolError`` and the session is untouched.  Should the session still end on the client's side
-(its loop ending with an error while the server had not died), the next call stops what is left of that server
-and starts a new one, at most :data:`MAX_RESTARTS` times per client; the call that met the break, and any call
-after the last restart, get ``ServerFailed``.  A server that dies is never restarted: that stays a
-``ServerFailed`` on every later call.
-
-Imports of the SDK happen in the session's thread, so importing this module is cheap.
+:class:`MCPClient` starts ``python -m miniagent.tools.server`` and calls its tools from synchronous code, each
+call with a timeout; closing it always stops the server, wedged or not.  Failures are the agent's errors:
+``ToolError`` and ``ToolTimeout`` (recoverable), ``ServerFailed`` (terminal).  Importing this module is cheap.
+Why it is built so: docs/maintainers.md.
 """
 
 from __future__ import annotations

@@ -1,42 +1,9 @@
 """The conjugation MCP server: two tools over stdio, with lab faults on demand.
 
-Run it as ``python -m miniagent.tools.server [--delay SECONDS] [--hang-on VERB]``.
-The agent never imports this module to conjugate; it starts it as a
-subprocess through :class:`miniagent.tools.mcp_client.MCPClient` and talks MCP to it,
-exactly as it would to any third-party server.
-
-Tools:
-
-* ``conjugate(verb, tense, person)`` -> ``"she has seen"`` (subject + verb phrase); the person may be a
-  subject ("my sisters" -> ``"my sisters have seen"``)
-* ``list_tenses()`` -> the valid tenses, persons and pronouns, as short text
-
-Every bad argument (unknown tense, non-verb, empty, huge, wrong type, an
-argument the tool does not take) comes back as an MCP *tool error*
-(``isError: true``) whose text names the valid options, so the model can read
-it and correct itself.  The server stays up and answers the next call.
-
-Both tools are read-only (``readOnlyHint``), their input schemas allow no
-other arguments (``additionalProperties: false``), ``serverInfo.version`` is
-the package's version, and the server offers tools only: it is built on the
-SDK's low-level ``Server`` rather than ``MCPServer``, which always advertises
-prompts and resources, even empty ones.
-
-Faults, for labs only, OFF by default, fixed at start (flags win over env):
-
-* ``--delay S`` / ``MINIAGENT_FAULT_DELAY=S``: every ``conjugate`` call waits
-  S seconds first.  The wait is ``await``-ed, so the server keeps serving.
-* ``--hang-on VERB`` / ``MINIAGENT_FAULT_HANG_ON=VERB``: a ``conjugate`` call
-  for VERB never answers.  It blocks the server's only event-loop thread, so
-  the process is *wedged*: it does not even notice its stdin closing and
-  outlives its parent unless somebody kills it.  That is the point: it is
-  the server a careless client leaves behind as an orphan.
-
-stdout is the protocol; everything human-readable goes to stderr.
-
-Imports of the MCP SDK happen inside :func:`build_server` and :func:`main`, so
-``import miniagent.tools.server`` stays cheap for code that only wants the
-constants, the tools' logic or the argument parser.
+Run as ``python -m miniagent.tools.server [--delay SECONDS] [--hang-on VERB]``; the agent starts it through
+:class:`~miniagent.tools.mcp_client.MCPClient`.  ``conjugate(verb, tense, person)`` gives ``"she has seen"``;
+``list_tenses()`` the valid options, which a bad argument's tool error names too.  Faults are off by default.
+stdout is the protocol.  Why: docs/maintainers.md.
 """
 
 from __future__ import annotations
@@ -269,7 +236,8 @@ def build_server(delay: float = 0.0, hang_on: str | None = None) -> Server:
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
     # Only these two handlers: the capabilities the server announces are
-    # derived from its handlers, so it announces tools and nothing else.
+    # derived from its handlers, so it announces tools and nothing else
+    # (the SDK's ``MCPServer`` always announces prompts and resources, even empty).
     return Server(
         SERVER_NAME,
         version=server_version(),

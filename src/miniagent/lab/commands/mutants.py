@@ -1,19 +1,8 @@
 """``invoke mutants``: mutation testing of the whole package, wing by wing (a maintainer's check, too slow for CI).
 
-mutmut (3.x) changes the code one small edit at a time (a ``<`` for a ``<=``, a constant, a dropped call)
-and runs, against each mutant, the tests of :data:`WINGS` that reach the function it changed (mutmut
-records which tests call which function, once, before the mutants). A mutant the tests still pass with has
-*survived*: either a test is missing, or the change makes no difference anyone could see
-(``tests/mutants-explained.md`` lists those, with the reason).
-
-What mutmut cannot see: a function that only a subprocess runs (the agent started as ``python -m
-miniagent``, the MCP server) is called by no test *in the test process*, so mutmut reports its mutants as
-"reached by no test" without running them. The subprocesses do run the mutant (``PYTHONPATH`` points at
-mutmut's copy, and the child inherits which mutant is under test), but mutmut never asks them; the
-end-to-end tests hold that code to account instead, and the report counts those mutants apart.
-
-It runs in a throwaway copy of ``src/``, ``tests/``, ``tasks.py``, ``pyproject.toml`` and the files the tests
-read (:data:`ALSO_COPY`; mutmut writes a ``mutants/`` folder where it runs), so the repository is left as it was.
+mutmut makes one small change at a time and runs the tests of :data:`WINGS` that reach it.  A mutant they still
+pass with has survived: a test must kill it, or ``tests/mutants-explained.md`` explain it.  It runs in a
+throwaway copy of the repository.  More: docs/maintainers.md.
 """
 
 from __future__ import annotations

@@ -1,38 +1,8 @@
 """The experiment harness: run the agent under a time limit, watch it, kill it, check what it left behind.
 
-``run_experiment(command, timeout=..., trace_path=...)`` does five things:
-
-1. starts the agent in its **own process group** (``start_new_session``), so
-   the harness can signal the agent and everything still in its group at once,
-   and a Ctrl-C in the terminal reaches the harness only;
-2. **follows the trace** file while the run goes on (turns, tool calls, the
-   last action), tolerating a half-written last line;
-3. **samples CPU and memory of the whole process tree** every ~0.2 s with
-   psutil: the agent *and* its descendants, including the MCP server, which
-   lives in a process group of its own (``cpu_mean`` leaves out the ~1-2 s
-   of imports before the loop starts, or an idle hang would look busy);
-4. at the deadline, **kills**: SIGTERM to the agent's group (the agent's
-   handler unwinds and closes its server), SIGKILL after ``grace`` seconds if
-   anything is left.  The deadline is ``timeout`` after launch, or with
-   ``clock="loop"`` after the first trace event, and never before the trace
-   shows the run's ``needs`` (e.g. one tool call), up to a hard cap: on a busy
-   machine the imports and the model load slow down, and a deadline counted
-   from launch could end a run before the loop did anything;
-5. **looks for survivors**, after a kill or a normal exit: every process ever
-   seen in the tree that is still alive ``settle`` s after the agent is gone
-   (an orphaned, re-parented server counts), records them in
-   ``processes_left``, then kills them so the lab leaves nothing behind.
-
-Every sample also records the CPU the *other* programs of the machine used
-(:class:`~miniagent.lab.harness.process_tree.MachineLoad`), so the record can say
-when the run competed for the CPU (``machine_busy``, :func:`machine_note`).
-
-The result is a :class:`~miniagent.lab.harness.record.RunRecord`.  The other parts of the harness, each in
-its module: following the trace (``follow``), the deadline (``deadline``), the live panel (``panel``), the
-record and its JSON (``record``), the charts (``charts``), sampling, signalling and killing the tree
-(``process_tree``), the command line (``__main__``).
-
-Run it by hand::
+:func:`run_experiment` starts a command in its own process group, follows its trace, samples its process tree,
+kills the group at the deadline and then whatever outlived it, and returns a ``RunRecord``.  Why:
+docs/maintainers.md.  By hand::
 
     python -m miniagent.lab.harness --timeout 5 -- python -m miniagent ask "..." --llm scripted:wanderer
 """

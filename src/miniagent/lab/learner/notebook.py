@@ -1,27 +1,9 @@
 """The predictions notebook: write down what a break will do, then compare with what it did.
 
-Each learner has one Markdown file, ``learners/NAME/notebook.md``, in English or
-in Spanish (chosen once, when it is created: ``invoke predict ... --lang es``).
-``invoke predict`` appends an empty prediction section for a break; the learner
-fills it in by hand; ``invoke exp`` runs the broken agent, reads the prediction
-back, and appends an observed block, which names its break, at the end of the file.
-Notebooks kept at the lab's first layout (``learners/NAME/phase-32/notes/breaks.md``)
-are moved to the new place byte for byte (:func:`migrate`).
-
-The file belongs to the learner, so this module follows one rule everywhere:
-**it only ever appends**.  It never rewrites, reorders or "fixes" what is
-already there; every write opens the file in append mode, so the old bytes
-cannot change even if this code has a bug in how it builds the new text.
-
-The API:
-
-- :func:`add_prediction`    -- append an empty prediction section for a break
-- :func:`read_prediction`   -- parse the learner's filled-in prediction block
-- :func:`append_observation` -- append an "Observed" block (record, table, links)
-- :func:`how_to_predict`    -- what to tell a learner who has not predicted yet
-
-What a prediction holds is :mod:`.fields`; judging it against a run,
-:mod:`.scoring`; where the file lives, :mod:`.paths`; its words, :mod:`.text`.
+One Markdown file per learner, ``learners/NAME/notebook.md``, in English or Spanish.  ``invoke predict`` appends
+an empty prediction (:func:`add_prediction`); the learner fills it in; ``invoke exp`` reads it back
+(:func:`read_prediction`) and appends what the run did (:func:`append_observation`).  The file is the learner's:
+this module only ever appends.  Why: docs/maintainers.md.
 """
 
 
