@@ -607,7 +607,8 @@ def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questi
         report = classload.class_load(sizes, server=server, base_url=base_url,
                                       eval_set=Path(set) if set else classload.DEFAULT_SET,
                                       questions_each=each,
-                                      settings=settings, model_path=model, on_level=show)
+                                      settings=settings, model_path=model, on_level=show,
+                                      shown=not json and sys.stdout.isatty())
     except (ServerNotReady, classload.ClassFailed) as err:  # the levels above it were shown as they ended
         _refuse(err, status=1)  # a class that failed, not a refused input
     console.print(classload.markdown(report), markup=False, highlight=False)

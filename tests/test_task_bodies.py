@@ -353,6 +353,7 @@ def test_class_load_hands_every_flag_to_the_class_and_prints_and_saves_its_repor
         model_wall_clock_s="3", set=str(eval_set), model=str(model), save="2026", grounding=False)) == 0
     assert given == {"sizes": [1, 4], "server": "llama-cpp-python", "base_url": None, "eval_set": eval_set,
                      "questions_each": 2, "model_path": str(model), "on_level": given["on_level"],
+                     "shown": False,  # no terminal here: no progress bar
                      "settings": {"wall_clock_s": 9.0, "model_wall_clock_s": 3.0, "model": str(model),
                                   "ground_arguments": False}}
     assert saved == [({"levels": ["one"]}, tmp_path / "docs_results", "2026")]

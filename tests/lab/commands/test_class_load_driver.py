@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from types import SimpleNamespace
 
 import psutil
@@ -275,7 +276,7 @@ def test_each_level_runs_against_the_server_the_class_shares(monkeypatch, server
     assert started == ([(server, "/m.gguf", "server.log")] if url == "http://started/v1" else [])
     assert [(n, u) for n, u, _ in levels] == [(1, url), (4, url)]
     assert levels[0][2] == {"eval_set": DEFAULT_SET, "questions_each": 2, "settings": {"decode": "greedy"},
-                            "log_dir": levels[1][2]["log_dir"]}
+                            "log_dir": levels[1][2]["log_dir"], "shown": False}
     log_dir = levels[0][2]["log_dir"]
     assert log_dir.name.startswith("miniagent-class-") and str(log_dir) == report["logs"]
     assert seen == [{"learners": 1}, {"learners": 4}] == report["levels"]
@@ -402,3 +403,18 @@ def test_the_mean_of_the_samples_has_one_decimal(samples, mean):
     sampler = classload.OthersSampler()
     sampler.samples = samples
     assert sampler.mean() == mean
+
+
+def test_the_progress_bar_counts_the_questions_each_learner_of_the_level_logged(tmp_path):
+    for name, done in (("learner-2-0.log", 3), ("learner-2-1.log", 1), ("learner-4-0.log", 5)):
+        (tmp_path / name).write_text(f"warming up\n{classload.QUESTION_DONE}\n" * done, encoding="utf-8")
+    assert classload.questions_done(tmp_path, 2) == 4  # another level's log is not this level's
+    told = []
+    with classload._counting(tmp_path, 2, lambda done, now="": told.append(done), shown=True):
+        deadline = time.monotonic() + 10  # the counter's first look comes half a second in
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert told[0] == 4
+    with classload._counting(tmp_path, 2, lambda done, now="": pytest.fail("no bar: nothing counted"), shown=False):
+        pass
+

@@ -32,6 +32,7 @@ from ..evaluation import DEFAULT_SET, is_right, load_eval_set, percentile
 from ...processes import load_average, machine_cores, signal_group
 from ..harness.process_tree import MachineLoad, TreeSampler
 from ..words import number, section
+from . import screen
 
 LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
 READY_TIMEOUT_S = 120.0  # one learner's start-up: its MCP server, its backend's checks (and the local model's load)
@@ -77,9 +78,40 @@ def learner_main(argv: list[str] | None = None) -> int:
             _say({"item": index, "stop_reason": outcome.stop_reason,
                   "correct": is_right(item, outcome.answer, outcome.stop_reason),
                   "seconds": outcome.stats.seconds, "turn_latencies": turn_latencies(trace.events[first:])})
+            print(QUESTION_DONE, file=sys.stderr, flush=True)  # to its log, which the driver's progress bar counts
         server = getattr(session.model, "server", None)
         _say({"done_at": time.time(), "requests": getattr(server, "requests", 0)})
     return 0
+
+
+QUESTION_DONE = "[class-load] question done"
+
+
+def questions_done(log_dir: Path, learners: int) -> int:
+    """How many questions the learners of a class of ``learners`` have answered so far, read from their logs."""
+    return sum(path.read_text(encoding="utf-8", errors="replace").count(QUESTION_DONE)
+               for path in log_dir.glob(f"learner-{learners}-*.log"))
+
+
+@contextlib.contextmanager
+def _counting(log_dir: Path, learners: int, step: screen.Step, shown: bool):
+    """While the block runs, tell ``step`` every half second how many questions are done (only when ``shown``)."""
+    if not shown:
+        yield
+        return
+    stop = threading.Event()
+
+    def count() -> None:
+        while not stop.wait(0.5):
+            step(questions_done(log_dir, learners))
+
+    counter = threading.Thread(target=count, name="class-load-progress", daemon=True)
+    counter.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        counter.join()
 
 
 def turn_latencies(events: list[dict]) -> list[float]:
@@ -108,7 +140,8 @@ def _say(record: dict) -> None:
 
 # --- the driver -------------------------------------------------------------------------------------
 def run_level(learners: int, base_url: str | None, *, eval_set: Path = DEFAULT_SET, questions_each: int | None = None,
-              settings: dict | None = None, log_dir: Path | None = None) -> dict:
+              settings: dict | None = None, log_dir: Path | None = None, shown: bool = False) -> dict:
+    """One class of ``learners`` at once; ``shown``: a progress bar of the questions answered so far."""
     items = load_eval_set(eval_set)
     shares = assign(len(items), learners, questions_each)
     # no server: every learner runs the local backend, its own model, on this machine
@@ -134,21 +167,33 @@ def run_level(learners: int, base_url: str | None, *, eval_set: Path = DEFAULT_S
         for proc in procs:
             proc.stdin.write("go\n")
             proc.stdin.flush()
-        records = []
-        for proc in procs:
-            remaining = max(1.0, go + LEVEL_TIMEOUT_S - time.time())
-            try:
-                out, _ = proc.communicate(timeout=remaining)
-            except subprocess.TimeoutExpired:
-                raise ClassFailed(f"the class of {learners} learner(s) ran past its bound of {LEVEL_TIMEOUT_S:g} s "
-                                  f"and was stopped, every learner with it (their logs: {log_dir})") from None
-            records += [json.loads(line) for line in out.splitlines() if line.strip()]
+        bar = screen.progress_bar(f"class-load, {learners} learner(s)", sum(map(len, shares)), shown=shown)
+        with bar as step, _counting(log_dir, learners, step, shown):
+            records = _collect(procs, go, learners, log_dir)
     finally:  # also on a timeout or Ctrl-C: every learner's group (the learner and its MCP server) is killed
         for proc in procs:
             signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
         for log in logs:
             log.close()
+    return _level_report(learners, shares, records, go, settings)
+
+
+def _collect(procs: list[subprocess.Popen], go: float, learners: int, log_dir: Path) -> list[dict]:
+    """Every learner's records; each learner gets what is left of the level's bound, and at least a second."""
+    records = []
+    for proc in procs:
+        remaining = max(1.0, go + LEVEL_TIMEOUT_S - time.time())
+        try:
+            out, _ = proc.communicate(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            raise ClassFailed(f"the class of {learners} learner(s) ran past its bound of {LEVEL_TIMEOUT_S:g} s "
+                              f"and was stopped, every learner with it (their logs: {log_dir})") from None
+        records += [json.loads(line) for line in out.splitlines() if line.strip()]
+    return records
+
+
+def _level_report(learners: int, shares: list[list[int]], records: list[dict], go: float, settings: dict) -> dict:
     runs = [r for r in records if "item" in r]
     ends = [r["done_at"] for r in records if "done_at" in r]
     wall = (max(ends) - go) if ends else None  # no learner said when it finished: unknown, not zero
@@ -210,7 +255,7 @@ class OthersSampler:
 
 def class_load(levels: list[int], *, server: str = "miniagent", base_url: str | None = None,
                eval_set: Path = DEFAULT_SET, questions_each: int | None = None, settings: dict | None = None,
-               model_path: str | None = None, on_level=None) -> dict:
+               model_path: str | None = None, on_level=None, shown: bool = False) -> dict:
     """Every level in turn against one server: ``base_url``, or one of :data:`SERVERS` started here and reaped,
     or ``"local"``: no server, each learner runs the local backend on this machine (the baseline)."""
     from ...serving.start import SERVERS, model_server
@@ -229,7 +274,7 @@ def class_load(levels: list[int], *, server: str = "miniagent", base_url: str | 
     with running as url, OthersSampler() as others:
         for n in levels:
             level = run_level(n, url, eval_set=eval_set, questions_each=questions_each, settings=settings,
-                              log_dir=log_dir)
+                              log_dir=log_dir, shown=shown)
             results.append(level)
             if on_level:
                 on_level(level)
