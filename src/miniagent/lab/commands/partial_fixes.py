@@ -1,10 +1,8 @@
-"""Every line a break removes is needed: a fix that leaves one piece out must stay red.
+"""The pieces of a break: what a partial fix may leave out (``invoke check-breaks --lines`` runs them).
 
-A *partial fix* is the intact source with one piece of the break still in it: one removed statement
-dropped alone, one term of it dropped (an operand of ``a - b``, a value of ``a and b``, a keyword
-argument), or, for a break of several hunks, one hunk left broken.  The break's guard tests must fail
-on each (pytest exit 1), unless its ``break.toml`` lists the piece under ``[[check.cosmetic]]`` with the
-reason.  This module names the pieces; ``invoke check-breaks --lines`` runs them (``maintainer.check_pieces``).
+A piece is one removed statement dropped alone, one term of it dropped (an operand, a boolean value, a keyword
+argument), or one replacing hunk left broken. Each must fail the break's guard tests, or be listed under
+``[[check.cosmetic]]`` with why.
 """
 
 from __future__ import annotations
