@@ -54,11 +54,7 @@ def revert_in_tree(brk: Break, root: Path = ROOT) -> None:
 
 def patched_files(brk: Break) -> list[str]:
     """The paths (relative to the repository root) the break's patch changes."""
-    out = []
-    for line in brk.patch.read_text(encoding="utf-8").splitlines():
-        if line.startswith("+++ b/"):
-            out.append(line[len("+++ b/"):])
-    return out
+    return list(dict.fromkeys(hunk.file for hunk in hunks(brk.patch)))
 
 
 @dataclass

@@ -31,8 +31,9 @@ def pieces(brk: Break, root: Path = ROOT) -> list[Piece]:
     by_file: dict[str, list[Hunk]] = {}
     for hunk in hunks(brk.patch):
         by_file.setdefault(hunk.file, []).append(hunk)
+    sources = {file: (root / file).read_text(encoding="utf-8") for file in by_file}
     for file, file_hunks in by_file.items():
-        source = (root / file).read_text(encoding="utf-8")
+        source = sources[file]
         lines = source.splitlines(keepends=True)
         removed = {n for hunk in file_hunks for n in hunk.removed}
         for stmt in _removed_statements(ast.parse(source), removed):
@@ -47,9 +48,8 @@ def pieces(brk: Break, root: Path = ROOT) -> list[Piece]:
     all_hunks = [h for hs in by_file.values() for h in hs]
     if len(all_hunks) > 1:  # a hunk that only removes is already covered, statement by statement
         for hunk in (h for h in all_hunks if any(tag == "+" for tag, _ in h.lines)):
-            text = (root / hunk.file).read_text(encoding="utf-8")
             out.append(Piece(f"{Path(hunk.file).name}:{hunk.old_start} left broken (one hunk)", hunk.file,
-                             hunk.apply_to(text)))
+                             hunk.apply_to(sources[hunk.file])))
     return [p for p in dict.fromkeys(out) if _compiles(p.text)]
 
 
