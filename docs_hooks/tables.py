@@ -64,7 +64,6 @@ def layers_diagram(lang: str) -> str:
     return "```text\n" + "\n".join(box(DIAGRAM_WIDTH, 3, box(DIAGRAM_WIDTH - 6, 2, model))) + "\n```\n"
 
 
-
 def stop_reasons_table(lang: str) -> str:
     t = words(lang)["tables"]
     ended = words(lang)["stop_reasons"]
