@@ -103,26 +103,52 @@ def test_an_interval_that_measured_nothing_is_none(monkeypatch, readings, clock)
 
 
 def test_busy_elsewhere_measures_a_quarter_second_and_counts_our_own_tree_as_ours(monkeypatch):
-    own = [5.0, 5.5]
+    own = [5.0, 5.0, 5.5]
     monkeypatch.setattr(processes, "own_tree_seconds", lambda: own.pop(0))
-    # one clock for both sides: OtherPrograms reads it at the start and the end, nothing else does
-    clock = Clock(0.0, 1.0)
-    fake_machine(monkeypatch, [(10.0, 100.0), (11.5, 102.0)], clock)
+    # one clock for both sides: OtherPrograms reads it at the start, the early look and the end, nothing else does
+    clock = Clock(0.0, 0.1, 1.0)
+    # the early look: 0.2 of 0.2 tick-seconds busy on 2 cores, none of it ours: 2 cores elsewhere, not idle
+    fake_machine(monkeypatch, [(10.0, 100.0), (10.2, 100.2), (11.5, 102.0)], clock)
     assert processes.busy_elsewhere() == pytest.approx(1.0)  # 1.5 cores busy, 0.5 of them ours
-    assert clock.slept == [0.25]
+    assert clock.slept == [0.1, 0.15]  # the early look was not idle: the whole quarter second
 
 
 def test_busy_elsewhere_takes_our_share_over_the_window_it_measured(monkeypatch):
-    own = [5.0, 5.5]
+    own = [5.0, 5.0, 5.5]
     monkeypatch.setattr(processes, "own_tree_seconds", lambda: own.pop(0))
-    fake_machine(monkeypatch, [(10.0, 100.0), (11.5, 102.0)], Clock(10.0, 12.0))
+    fake_machine(monkeypatch, [(10.0, 100.0), (10.2, 100.2), (11.5, 102.0)], Clock(10.0, 10.1, 12.0))
     assert processes.busy_elsewhere() == pytest.approx(1.25)  # 1.5 cores busy; ours 0.5 s in 2 s is 0.25 of one
 
 
-def test_busy_elsewhere_is_none_when_no_time_passed(monkeypatch):
-    own = [5.0, 5.5]
+@pytest.mark.parametrize("early_busy, returned, slept", [
+    (0.01, 0.0, [0.1]),              # nothing elsewhere at the early look: idle, known at once
+    (0.02, 0.1, [0.1]),              # 0.1 of a core (one tick): idle too
+    (0.03, 0.6, [0.1, 0.15]),        # 0.2 of a core: the whole window decides (0.6 cores over it)
+])
+def test_an_idle_machine_is_known_at_the_early_look(monkeypatch, early_busy, returned, slept):
+    # the early look: 0.1 s on 2 cores = 0.2 tick-seconds; ours 0.01 s in 0.1 s = 0.1 of a core. The whole
+    # window: 0.2 of 0.5 tick-seconds busy = 0.8 cores, ours 0.05 s in 0.25 s = 0.2 of a core
+    own = [1.0, 1.01, 1.05]
     monkeypatch.setattr(processes, "own_tree_seconds", lambda: own.pop(0))
-    fake_machine(monkeypatch, [(10.0, 100.0), (11.5, 102.0)], Clock(5.0, 5.0))
+    clock = Clock(0.0, 0.1, 0.25)
+    fake_machine(monkeypatch, [(10.0, 100.0), (10.0 + early_busy, 100.2), (10.2, 100.5)], clock)
+    assert processes.busy_elsewhere() == pytest.approx(returned)
+    assert clock.slept == slept
+
+
+def test_a_window_no_longer_than_the_early_look_is_measured_whole(monkeypatch):
+    own = [5.0, 5.0]
+    monkeypatch.setattr(processes, "own_tree_seconds", lambda: own.pop(0))
+    clock = Clock(0.0, 0.05)
+    fake_machine(monkeypatch, [(10.0, 100.0), (10.0, 100.1)], clock)
+    assert processes.busy_elsewhere(0.05) == 0.0
+    assert clock.slept == [0.05]
+
+
+def test_busy_elsewhere_is_none_when_no_time_passed(monkeypatch):
+    own = [5.0, 5.2, 5.5]
+    monkeypatch.setattr(processes, "own_tree_seconds", lambda: own.pop(0))
+    fake_machine(monkeypatch, [(10.0, 100.0), (10.2, 100.2), (11.5, 102.0)], Clock(5.0, 5.0, 5.0))
     assert processes.busy_elsewhere() is None
 
 

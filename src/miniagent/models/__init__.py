@@ -22,7 +22,7 @@ def threads_for(settings: ModelSettings) -> tuple[int, str] | None:
     """``(threads, why)`` for the backend ``settings`` names, measured now; None where it runs no model here.
 
     Measured before anything else of the run starts: the measurement counts the CPU that other programs
-    use over a quarter of a second, and our own start-up (the MCP server importing its SDK) running at the
+    use over a quarter of a second (a tenth on an idle machine), and our own start-up (the MCP server importing its SDK) running at the
     same time would crowd them out of the cores and hide them.
     """
     return choose_threads(settings.n_threads) if settings.llm.partition(":")[0] == "llama" else None
