@@ -83,13 +83,21 @@ def test_a_table_says_how_to_measure_it_again_and_whether_each_goal_was_met():
     assert intro == ("Measured by `invoke bench --only c --save mine` on 2026-11-27 06:00: 2 cores, Some CPU (no AMX). "
                      "Whole processes, from start to the end of the run, median of 5. CPU s ÷ free cores (the cores "
                      "less what other programs used) is the least wall time that CPU time could take, in any order: "
-                     "a goal under it needs less CPU.")
-    assert blank == "" and head.count("|") == 11 and rule == "|" + "---|" * 10
+                     "a goal under it needs less CPU. Wall ÷ floor is the median wall time over that least time; on "
+                     "an idle machine the budget is 1.15 at most. With one core busy, the goal is 2 times the same "
+                     "path's idle time.")
+    assert blank == "" and head.count("|") == 12 and rule == "|" + "---|" * 11
     assert head == ("| path | AMX path | machine | other programs, % CPU | wall s (median) | min–max s | CPU s | "
-                    "CPU s ÷ free cores | goal s | turns, stop |")
-    assert rows == ["| answer | `auto` | idle | 3 | 1.50 | 1.40–1.60 | 2.50 | 1.27 | 1.5 (met) | 2, `answered` |",
-                    "| fallback | `auto` | idle | 3 | 2.01 | 1.91–2.11 | 2.50 | 1.27 | 2 (missed) | 2, `answered` |",
-                    "| answer | `auto` | one core busy | 3 | 1.23 | 1.13–1.33 | 2.50 | 1.27 |  | 2, `answered` |"]
+                    "CPU s ÷ free cores | wall ÷ floor | goal s | turns, stop |")
+    # 2.5 s of CPU on 1.97 free cores: 1.27 s at least; 1.50 / 1.27 = 1.18 is over the idle budget, 1.23 / 1.27 is
+    # under 1 (a median of walls over a median of CPU times), and a busy row's ratio is shown, not judged
+    assert rows == [
+        "| answer | `auto` | idle | 3 | 1.50 | 1.40–1.60 | 2.50 | 1.27 | 1.18 (missed) | 1.5 (met) | 2, `answered` |",
+        "| fallback | `auto` | idle | 3 | 2.01 | 1.91–2.11 | 2.50 | 1.27 | 1.58 (missed) | 2 (missed) | 2, `answered` |",
+        "| answer | `auto` | one core busy | 3 | 1.23 | 1.13–1.33 | 2.50 | 1.27 | 0.97 |  | 2, `answered` |"]
+    met = bench.c_markdown(figures(row(wall=1.46)), "mine").splitlines()[-1]
+    assert "| 1.27 | 1.15 (met) | 1.5 (met) |" in met  # 1.46 / 1.2690 = 1.1505: judged as shown
+    assert "| 1.27 | 1.16 (missed) |" in bench.c_markdown(figures(row(wall=1.4725)), "mine")  # 1.1604
     assert text.endswith("|\n")
 
 
@@ -97,18 +105,20 @@ def test_the_least_wall_time_spreads_the_cpu_time_over_the_cores_the_other_progr
     """The xeon table's busy fallback: 4.23 s of CPU while others used 87 % of a core needs 3.74 s at least, so its
     3 s goal is out of reach by CPU alone (4.23 / 2 = 2.11 would have said it was not)."""
     busy = row(path="fallback", load="one core busy", wall=3.77, goal=3.0, cpu_p50_s=4.23, others_pct=87)
-    assert "| 3.77 | 3.67–3.87 | 4.23 | 3.74 | 3 (missed) |" in bench.c_markdown(figures(busy), "x")
+    assert "| 3.77 | 3.67–3.87 | 4.23 | 3.74 | 1.01 | 3 (missed) |" in bench.c_markdown(figures(busy), "x")
     four = {**figures(row(cpu_p50_s=4.63, others_pct=100)), "cores": 4}
     assert "| 4.63 | 1.54 |" in bench.c_markdown(four, "x")
     assert "| 2.50 | 5.00 |" in bench.c_markdown(figures(row(others_pct=150)), "x"), "half a core left"
-    assert "| 2.50 | – |" in bench.c_markdown(figures(row(others_pct=200)), "x"), "nothing left: no bound"
-    assert "| 2.50 | – |" in bench.c_markdown(figures(row(others_pct=250)), "x")
+    assert "| 2.50 | – | – |" in bench.c_markdown(figures(row(others_pct=200)), "x"), "nothing left: no bound"
+    assert "| 2.50 | – | – |" in bench.c_markdown(figures(row(others_pct=250)), "x")
 
 
 def test_a_spanish_table_writes_its_numbers_and_words_in_spanish():
     text = bench.c_markdown(figures(row(wall=1.25, load="one core busy", goal=1.0)), "mine", "es")
-    assert "| respuesta | `auto` | un núcleo ocupado | 3 | 1,25 | 1,15–1,35 | 2,50 | 1,27 | 1 (no cumplida) |" in text
-    assert "| s de CPU | s de CPU ÷ núcleos libres | meta s |" in text and "en cualquier orden" in text
+    assert "| respuesta | `auto` | un núcleo ocupado | 3 | 1,25 | 1,15–1,35 | 2,50 | 1,27 | 0,98 | 1 (no cumplida) |" \
+        in text
+    assert "| s de CPU | s de CPU ÷ núcleos libres | reloj ÷ mínimo | meta s |" in text and "en cualquier orden" in text
+    assert "el presupuesto es de 1,15 como mucho. Con un núcleo ocupado, la meta es 2 veces" in text
     assert text.startswith("Medido con `invoke bench --only c --load busy --save mine` el 2026-11-27 06:00: "
                            "2 núcleos, Some CPU (sin AMX).")
 
@@ -231,8 +241,11 @@ def test_the_settings_take_turns_run_by_run_and_each_row_is_its_own_runs_median(
     assert [(r["path"], r["load"], r["amx"], r["goal_s"]) for r in rows] == [
         ("answer", "idle", "auto", 1.5), ("answer", "idle", "off", 1.5),
         ("fallback", "idle", "auto", 2.0), ("fallback", "idle", "off", 2.0),
-        ("answer", "one core busy", "auto", None), ("answer", "one core busy", "off", None),
-        ("fallback", "one core busy", "auto", 3.0), ("fallback", "one core busy", "off", 3.0)]
+        # with one core busy: twice the idle median of the same path and setting
+        ("answer", "one core busy", "auto", 2 * rows[0]["wall_p50_s"]), ("answer", "one core busy", "off", 10.0),
+        ("fallback", "one core busy", "auto", 2 * rows[2]["wall_p50_s"]),
+        ("fallback", "one core busy", "off", 2 * rows[3]["wall_p50_s"])]
+    assert rows[1]["wall_p50_s"] == 5.0
     auto = rows[0]
     assert auto == {"path": "answer", "load": "idle", "amx": "auto", "question": bench.ANSWERABLE, "runs": 3,
                     "goal_s": 1.5, "wall_p50_s": 2.0, "wall_min_s": 1.0, "wall_max_s": 3.0, "cpu_p50_s": 4.0,
@@ -450,9 +463,9 @@ def test_every_figure_by_default_each_once_and_the_backend_closed(measured, caps
     assert "miniagent bench on" in out
     assert "(a) turn latency" in out and "mean ratio: 0.50" in out and "0.100" in out and "0.200" in out
     assert "(b) prompt tokens evaluated" in out and "41" in out
-    assert "| answer   | auto | idle    | 3        | 1.60   | 1.50-1.70 | 2.50  | 1.27     | 1.5 MISSED |" \
-        in out.replace("│", "|")
-    assert "1.90   | 1.80-2.00 | 2.50  | 1.27     | 2 ok" in out.replace("│", "|") and "busy" in out
+    assert "| answer   | auto | idle    | 3        | 1.60   | 1.50-1.70 | 2.50  | 1.27     | 1.26 MISSED | " \
+           "1.5 MISSED |" in out.replace("│", "|")
+    assert "1.90   | 1.80-2.00 | 2.50  | 1.27     | 1.50        | 2 ok" in out.replace("│", "|") and "busy" in out
     assert "(d) eval: 8 questions in 12.3 s in-process, 13.5 s with start-up (goal <= 45 s); accuracy 87.5%; " \
            "p50 1.20 s, p95 2.50 s" in out
     assert "(e) 50 killed runs in a row left 0 processes (4.5 s)" in out
@@ -482,10 +495,11 @@ def test_the_printed_tables_have_a_column_for_each_figure(capsys):
     assert cells(out) == [
         ["question", "tokens", "turn s", "pure decode s", "ratio"], ["Q?", "7", "0.123", "0.250", "0.49"],
         ["turn", "scratchpad tokens", "prompt tokens evaluated"], ["1", "40", "41"], ["2", "80", "12"],
-        ["path", "AMX", "machine", "others %", "wall s", "min-max", "CPU s", "CPU/free", "goal s", "turns, stop"],
-        ["answer", "auto", "idle", "3", "1.50", "1.40-1.60", "2.50", "1.27", "1.5 ok", "2, answered"],
-        ["fallback", "off", "busy", "3", "3.20", "3.10-3.30", "2.50", "1.27", "3 MISSED", "2, answered"],
-        ["answer", "auto", "idle", "3", "1.23", "1.13-1.33", "2.50", "1.27", "", "2, answered"]]
+        ["path", "AMX", "machine", "others %", "wall s", "min-max", "CPU s", "CPU/free", "wall/floor", "goal s",
+         "turns, stop"],
+        ["answer", "auto", "idle", "3", "1.50", "1.40-1.60", "2.50", "1.27", "1.18 MISSED", "1.5 ok", "2, answered"],
+        ["fallback", "off", "busy", "3", "3.20", "3.10-3.30", "2.50", "1.27", "2.52", "3 MISSED", "2, answered"],
+        ["answer", "auto", "idle", "3", "1.23", "1.13-1.33", "2.50", "1.27", "0.97 ok", "", "2, answered"]]
     said = " ".join(out.split())
     import re
 
@@ -496,7 +510,8 @@ def test_the_printed_tables_have_a_column_for_each_figure(capsys):
     assert said.endswith("busy: another program keeps one core busy; others %: CPU that other programs used meanwhile "
                          "(100 = one core; above 50 on an idle row, the machine was not idle) CPU/free: the least wall "
                          "time that CPU time could take on the 2 cores less what other programs used, in any order (a "
-                         "goal under it needs less CPU)")
+                         "goal under it needs less CPU) wall/floor: wall s over CPU/free, at most 1.15 when idle; goal "
+                         "s with one core busy: 2 times the idle wall s")
 
 
 def test_on_a_narrow_terminal_each_run_stays_on_one_line_and_the_notes_are_plain(monkeypatch, capsys):
@@ -510,7 +525,7 @@ def test_on_a_narrow_terminal_each_run_stays_on_one_line_and_the_notes_are_plain
 
     screen = Terminal()
     monkeypatch.setattr(bench.sys, "stdout", screen)
-    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setenv("COLUMNS", "70")
     monkeypatch.setenv("TERM", "xterm-256color")
     bench.print_figures({"cores": 2, "c_time_to_end": [row(), row(path="fallback", load="one core busy")],
                          "f_server_startup": {"runs": 5, "ready_p50_s": 0.64, "first_answer_p50_s": 0.71}})
@@ -519,8 +534,8 @@ def test_on_a_narrow_terminal_each_run_stays_on_one_line_and_the_notes_are_plain
     assert len(rows) == 3 and [r[0][:3] for r in rows[1:]] == ["ans", "fal"], out
     assert "\x1b[" in out  # a terminal: the title and the headers are styled
     notes = [line for line in out.splitlines()
-             if line.lstrip().startswith(("answer:", "fallback:", "busy:", "CPU/free:", "(f)"))]
-    assert len(notes) == 5 and not any("\x1b" in line for line in notes), notes
+             if line.lstrip().startswith(("answer:", "fallback:", "busy:", "CPU/free:", "wall/floor:", "(f)"))]
+    assert len(notes) == 6 and not any("\x1b" in line for line in notes), notes
 
 
 def test_a_table_of_one_row_prints(capsys):

@@ -37,9 +37,12 @@ UNANSWERABLE = "What is the present perfect of would for you?"
 # The capped path is measured with the out-of-grammar guard off: on, it declines a modal after one tool call.
 CAPPED_PATH_ENV = {"MINIAGENT_DECLINE_OUT_OF_GRAMMAR": "false"}
 ANSWERABLE = "What is the past simple of go for she?"  # two turns: one tool call, then the answer
-# The budgets the lab promises (seconds, whole process, median): where a question is answered, and where the
-# capped path falls back, on an idle machine and with one core busy.
-GOALS = {("answer", "idle"): 1.5, ("fallback", "idle"): 2.0, ("fallback", "one core busy"): 3.0}
+# The budgets the lab promises (whole process, median), issue 50: on an idle machine, seconds to the answer and
+# to the capped path's fallback, each within FLOOR_FACTOR of its CPU floor (least_wall_s: the start-up keeps the
+# cores busy); with one core busy, within BUSY_FACTOR of the same path's idle time.
+GOALS = {"answer": 1.5, "fallback": 2.0}
+FLOOR_FACTOR = 1.15
+BUSY_FACTOR = 2.0
 LOADS = ("idle", "one core busy")
 BUSY_OTHERS = 50  # other programs' CPU %, as the harness's busy-machine threshold
 QUESTIONS = ["What is the past simple of go for she?", "Give me the present perfect of write for they.",
@@ -142,13 +145,24 @@ def _start_to_end(amx_settings: list[str], loads: tuple[str, ...], runs: int, st
                 for amx, got in taken.items():
                     walls, cpus = [g["wall_s"] for g in got], [g["cpu_s"] for g in got]
                     rows.append({"path": path, "load": load, "amx": amx, "question": question, "runs": runs,
-                                 "goal_s": GOALS.get((path, load)), "wall_p50_s": round(statistics.median(walls), 3),
+                                 "goal_s": None, "wall_p50_s": round(statistics.median(walls), 3),
                                  "wall_min_s": round(min(walls), 3), "wall_max_s": round(max(walls), 3),
                                  "cpu_p50_s": round(statistics.median(cpus), 3),
                                  # CPU other programs used meanwhile (100 = one core): the spinner when busy
                                  "others_pct": round(statistics.mean(g["others_pct"] for g in got)),
                                  "stop_reason": got[-1]["stop_reason"], "turns": got[-1]["turns"],
                                  "tool_calls": got[-1]["tool_calls"]})
+    return with_goals(rows)
+
+
+def with_goals(rows: list[dict]) -> list[dict]:
+    """Each row's goal in seconds: GOALS when idle; with one core busy, BUSY_FACTOR times the idle row of the same
+    path and AMX setting (none where the idle rows were not measured)."""
+    idle = {(r["path"], r["amx"]): r["wall_p50_s"] for r in rows if r["load"] == "idle"}
+    for r in rows:
+        busy_goal = idle.get((r["path"], r["amx"]))
+        r["goal_s"] = GOALS[r["path"]] if r["load"] == "idle" else \
+            None if busy_goal is None else round(BUSY_FACTOR * busy_goal, 2)
     return rows
 
 
@@ -264,15 +278,19 @@ def c_markdown(figures: dict, name: str, lang: str = "en") -> str:
 
     lines = [t["intro"].format(flags=flags, name=name,
                                when=figures["measured_at"], cores=figures["cores"], cpu=figures["cpu"],
-                               amx=t["amx_yes"] if figures["amx_cpu"] else t["amx_no"], runs=rows[0]["runs"]), "",
+                               amx=t["amx_yes"] if figures["amx_cpu"] else t["amx_no"], runs=rows[0]["runs"],
+                               floor=decimal(FLOOR_FACTOR), busy=decimal(BUSY_FACTOR, "g")), "",
              "| " + " | ".join(t["head"]) + " |", "|" + "---|" * len(t["head"])]
     for r in rows:
         goal = "" if r["goal_s"] is None else \
             f"{decimal(r['goal_s'], 'g')} ({t['ok'] if r['wall_p50_s'] <= r['goal_s'] else t['missed']})"
+        ratio = floor_ratio(r, figures["cores"])
+        to_floor = "–" if ratio is None else decimal(ratio) + (
+            "" if r["load"] != "idle" else f" ({t['ok'] if round(ratio, 2) <= FLOOR_FACTOR else t['missed']})")
         lines.append(f"| {t[r['path']]} | `{r['amx']}` | {t['idle'] if r['load'] == 'idle' else t['busy']} | "
                      f"{r['others_pct']} | {decimal(r['wall_p50_s'])} | {decimal(r['wall_min_s'])}–{decimal(r['wall_max_s'])} | "
-                     f"{decimal(r['cpu_p50_s'])} | {_or_dash(least_wall_s(r, figures['cores']), decimal)} | {goal} | "
-                     f"{r['turns']}, `{r['stop_reason']}` |")
+                     f"{decimal(r['cpu_p50_s'])} | {_or_dash(least_wall_s(r, figures['cores']), decimal)} | {to_floor} | "
+                     f"{goal} | {r['turns']}, `{r['stop_reason']}` |")
     return "\n".join(lines) + "\n"
 
 
@@ -282,6 +300,13 @@ def least_wall_s(row: dict, cores: int) -> float | None:
     needs less CPU, not a better order. None where the others left nothing."""
     free = cores - row["others_pct"] / 100
     return row["cpu_p50_s"] / free if free > 0 else None
+
+
+def floor_ratio(row: dict, cores: int) -> float | None:
+    """Wall time over its floor (:func:`least_wall_s`): 1.0 is every free core busy from start to end. Judged as
+    shown, to two decimals."""
+    floor = least_wall_s(row, cores)
+    return row["wall_p50_s"] / floor if floor else None
 
 
 def _or_dash(value: float | None, show: Callable[[float], str]) -> str:
@@ -342,23 +367,29 @@ def _print_c(console, rows: list[dict], cores: int) -> None:
     from rich.table import Table
 
     table = Table(title=f"(c) start -> end of the run, whole process, median of {rows[0]['runs']}")
-    for col in ("path", "AMX", "machine", "others %", "wall s", "min-max", "CPU s", "CPU/free", "goal s",
-                "turns, stop"):
+    for col in ("path", "AMX", "machine", "others %", "wall s", "min-max", "CPU s", "CPU/free", "wall/floor",
+                "goal s", "turns, stop"):
         table.add_column(col, no_wrap=True)
     for r in rows:
         goal = "" if r["goal_s"] is None else f"{r['goal_s']:g} " + ("ok" if r["wall_p50_s"] <= r["goal_s"]
                                                                      else "MISSED")
+        ratio = floor_ratio(r, cores)
+        to_floor = "–" if ratio is None else f"{ratio:.2f}" + (
+            "" if r["load"] != "idle" else " ok" if round(ratio, 2) <= FLOOR_FACTOR else " MISSED")
         table.add_row(r["path"], r["amx"], "busy" if r["load"] != "idle" else "idle", str(r["others_pct"]),
                       f"{r['wall_p50_s']:.2f}",
                       f"{r['wall_min_s']:.2f}-{r['wall_max_s']:.2f}", f"{r['cpu_p50_s']:.2f}",
-                      _or_dash(least_wall_s(r, cores), lambda x: f"{x:.2f}"), goal, f"{r['turns']}, {r['stop_reason']}")
+                      _or_dash(least_wall_s(r, cores), lambda x: f"{x:.2f}"), to_floor, goal,
+                      f"{r['turns']}, {r['stop_reason']}")
     console.print(table)
     console.print(f"    answer: {ANSWERABLE!r}\n    fallback: {UNANSWERABLE!r} (the capped path, "
                   "decline_out_of_grammar off)\n"
                   "    busy: another program keeps one core busy; others %: CPU that other programs used meanwhile "
                   f"(100 = one core; above {BUSY_OTHERS:g} on an idle row, the machine was not idle)\n"
                   f"    CPU/free: the least wall time that CPU time could take on the {cores} cores less what other "
-                  "programs used, in any order (a goal under it needs less CPU)", highlight=False)
+                  "programs used, in any order (a goal under it needs less CPU)\n"
+                  f"    wall/floor: wall s over CPU/free, at most {FLOOR_FACTOR:g} when idle; goal s with one core "
+                  f"busy: {BUSY_FACTOR:g} times the idle wall s", highlight=False)
 
 
 def _print_a(console, a: dict) -> None:
