@@ -1,15 +1,10 @@
-"""``invoke bench``: speed figures of the real model and the real loop. Prints, asserts nothing.
+"""``invoke bench``: speed figures of the real model and the real loop; prints, asserts nothing.
 
-(a) turn latency / pure decode time of the same number of tokens
-(b) prompt tokens evaluated per turn against scratchpad length (flat = KV reuse works)
-(c) whole processes, real model and real MCP server: start -> answer (2 turns) and start -> fallback (the
-    capped path), median of several runs, on an idle machine and with one core kept busy; ``--amx on --amx
-    off`` measures each setting of llama.cpp's AMX path
-(d) eval total time
-(e) killed runs in a row and the processes they left behind
-(f) the conjugation server's start-up: spawn to handshake done, and to its first answer
+(a) turn latency over pure decode of as many tokens; (b) prompt tokens evaluated per turn against the
+scratchpad's length (flat: the KV cache is reused); (c) whole processes, start -> answer and start -> the capped
+path's fallback, idle and with one core busy, per AMX setting; (d) the eval set's time; (e) killed runs in a row
+and what they left behind; (f) the conjugation server's start-up: to the handshake, and to its first answer.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -160,9 +155,8 @@ def with_goals(rows: list[dict]) -> list[dict]:
     path and AMX setting (none where the idle rows were not measured)."""
     idle = {(r["path"], r["amx"]): r["wall_p50_s"] for r in rows if r["load"] == "idle"}
     for r in rows:
-        busy_goal = idle.get((r["path"], r["amx"]))
-        r["goal_s"] = GOALS[r["path"]] if r["load"] == "idle" else \
-            None if busy_goal is None else round(BUSY_FACTOR * busy_goal, 2)
+        idle_s = idle.get((r["path"], r["amx"]))
+        r["goal_s"] = GOALS[r["path"]] if r["load"] == "idle" else idle_s and round(BUSY_FACTOR * idle_s, 2)
     return rows
 
 
@@ -227,9 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     only = set(args.only or "abcdef")
     from ...models.llama import LlamaBackend
-    from ...models.settings import ModelSettings
-
     from ...models.llama_params import cpu_model_name, cpu_reports_amx
+    from ...models.settings import ModelSettings
 
     figures: dict = {"cores": machine_cores(), "cpu": cpu_model_name(), "amx_cpu": bool(cpu_reports_amx()),
                      "measured_at": datetime.now().strftime("%Y-%m-%d %H:%M")}
@@ -273,9 +266,7 @@ def c_markdown(figures: dict, name: str, lang: str = "en") -> str:
     flags = (f" --amx {','.join(settings)}" if settings != ["auto"] else "") + \
         (f" --load {'idle' if loads == ['idle'] else 'busy'}" if len(loads) == 1 else "") + \
         (f" --runs {rows[0]['runs']}" if rows[0]["runs"] != 5 else "")
-    def decimal(x: float, digits: str = ".2f") -> str:
-        return number(x, lang, digits)
-
+    decimal: Callable[..., str] = lambda x, digits=".2f": number(x, lang, digits)  # noqa: E731
     lines = [t["intro"].format(flags=flags, name=name,
                                when=figures["measured_at"], cores=figures["cores"], cpu=figures["cpu"],
                                amx=t["amx_yes"] if figures["amx_cpu"] else t["amx_no"], runs=rows[0]["runs"],
@@ -284,9 +275,7 @@ def c_markdown(figures: dict, name: str, lang: str = "en") -> str:
     for r in rows:
         goal = "" if r["goal_s"] is None else \
             f"{decimal(r['goal_s'], 'g')} ({t['ok'] if r['wall_p50_s'] <= r['goal_s'] else t['missed']})"
-        ratio = floor_ratio(r, figures["cores"])
-        to_floor = "–" if ratio is None else decimal(ratio) + (
-            "" if r["load"] != "idle" else f" ({t['ok'] if round(ratio, 2) <= FLOOR_FACTOR else t['missed']})")
+        to_floor = _to_floor(r, figures["cores"], decimal, f" ({t['ok']})", f" ({t['missed']})")
         lines.append(f"| {t[r['path']]} | `{r['amx']}` | {t['idle'] if r['load'] == 'idle' else t['busy']} | "
                      f"{r['others_pct']} | {decimal(r['wall_p50_s'])} | {decimal(r['wall_min_s'])}–{decimal(r['wall_max_s'])} | "
                      f"{decimal(r['cpu_p50_s'])} | {_or_dash(least_wall_s(r, figures['cores']), decimal)} | {to_floor} | "
@@ -302,11 +291,14 @@ def least_wall_s(row: dict, cores: int) -> float | None:
     return row["cpu_p50_s"] / free if free > 0 else None
 
 
-def floor_ratio(row: dict, cores: int) -> float | None:
-    """Wall time over its floor (:func:`least_wall_s`): 1.0 is every free core busy from start to end. Judged as
-    shown, to two decimals."""
+def _to_floor(row: dict, cores: int, shown: Callable[[float], str], ok: str, missed: str) -> str:
+    """Wall time over its floor (:func:`least_wall_s`; 1.0: every free core busy throughout), judged on an idle
+    row as shown, to two decimals."""
     floor = least_wall_s(row, cores)
-    return row["wall_p50_s"] / floor if floor else None
+    if not floor:
+        return "–"
+    ratio = row["wall_p50_s"] / floor
+    return shown(ratio) + ("" if row["load"] != "idle" else ok if round(ratio, 2) <= FLOOR_FACTOR else missed)
 
 
 def _or_dash(value: float | None, show: Callable[[float], str]) -> str:
@@ -373,9 +365,7 @@ def _print_c(console, rows: list[dict], cores: int) -> None:
     for r in rows:
         goal = "" if r["goal_s"] is None else f"{r['goal_s']:g} " + ("ok" if r["wall_p50_s"] <= r["goal_s"]
                                                                      else "MISSED")
-        ratio = floor_ratio(r, cores)
-        to_floor = "–" if ratio is None else f"{ratio:.2f}" + (
-            "" if r["load"] != "idle" else " ok" if round(ratio, 2) <= FLOOR_FACTOR else " MISSED")
+        to_floor = _to_floor(r, cores, lambda x: f"{x:.2f}", " ok", " MISSED")
         table.add_row(r["path"], r["amx"], "busy" if r["load"] != "idle" else "idle", str(r["others_pct"]),
                       f"{r['wall_p50_s']:.2f}",
                       f"{r['wall_min_s']:.2f}-{r['wall_max_s']:.2f}", f"{r['cpu_p50_s']:.2f}",
