@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import inspect
 import os
 import shlex
@@ -335,7 +334,7 @@ def bench(c, json=False, only=None, amx=None, load=None, runs=None, save=None):
     flags = [_flags(json=json, only=only, runs=runs, save=save)]
     flags += [f"--amx {shlex.quote(a.strip())}" for a in (amx or "").split(",") if a.strip()]
     flags += [f"--load {loads[x]}" for x in asked]
-    _run(c, f"{PY} -m miniagent.lab.commands.bench {' '.join(flags)}", who="bench")
+    _run(c, f"{PY} -m miniagent.lab.maintainers.bench {' '.join(flags)}", who="bench")
 
 
 @task
@@ -351,16 +350,12 @@ def docs_build(c):
 
 
 # --- breaks, experiments, predictions -----------------------------------------------------------
-def _lab(part: str):
-    """The lab's commands: ``exercises`` (the loop a learner works in), ``experiment`` (exp, predict, tour) and
-    ``maintainer`` (check-breaks, the docs' results), each a module of miniagent.lab.commands."""
-    return importlib.import_module(f"miniagent.lab.commands.{part}")
-
-
 @task
 def breaks(c):
     """List the break catalogue with a one-line description each."""
-    _lab("exercises").list_breaks()
+    from miniagent.lab.commands import exercises
+
+    exercises.list_breaks()
 
 
 LEARNER_HELP = "your name, your folder under learners/ (remembered: needed once)"
@@ -379,14 +374,18 @@ def _who(learner, required=False):
 @refusing
 def break_(c, variant, learner=None):
     """Apply a break to your working tree (refuses, changing nothing, if your edits conflict)."""
-    _lab("exercises").break_tree(variant, _who(learner))
+    from miniagent.lab.commands import exercises
+
+    exercises.break_tree(variant, _who(learner))
 
 
 @task(positional=["variant"], help={"variant": "the break to revert", "learner": LEARNER_HELP})
 @refusing
 def fix(c, variant, learner=None):
     """Revert a break exactly (refuses if you edited the same lines since)."""
-    _lab("exercises").fix_tree(variant, _who(learner))
+    from miniagent.lab.commands import exercises
+
+    exercises.fix_tree(variant, _who(learner))
 
 
 @task(positional=["variant"], help={"variant": "a break (alias, id or number), or 'all' for every guard test",
@@ -395,7 +394,9 @@ def fix(c, variant, learner=None):
 @refusing
 def check(c, variant, dry_run=False, learner=None, verbose=False):
     """Run a break's guard tests against your own source: green means your fix holds."""
-    code = _lab("exercises").check(variant, dry_run=dry_run, learner=_who(learner), verbose=verbose)
+    from miniagent.lab.commands import exercises
+
+    code = exercises.check(variant, dry_run=dry_run, learner=_who(learner), verbose=verbose)
     sys.exit(code)
 
 
@@ -404,21 +405,27 @@ def check(c, variant, dry_run=False, learner=None, verbose=False):
 @refusing
 def hint(c, variant, learner=None, lang=None):
     """The next hint for a break: 1, then 2, then 3 (remembered in your progress)."""
-    _lab("exercises").hint(variant, _who(learner, required=True), lang)
+    from miniagent.lab.commands import exercises
+
+    exercises.hint(variant, _who(learner, required=True), lang)
 
 
 @task(help={"learner": LEARNER_HELP, "lang": LANG_HELP})
 @refusing
 def progress(c, learner=None, lang=None):
     """Every break with your state (predicted, run, broken, fixed, hints) and what to do next."""
-    _lab("exercises").progress_report(_who(learner, required=True), lang)
+    from miniagent.lab.commands import exercises
+
+    exercises.progress_report(_who(learner, required=True), lang)
 
 
 @task(name="next", help={"learner": LEARNER_HELP, "lang": LANG_HELP})
 @refusing
 def next_(c, learner=None, lang=None):
     """The next break to work on, with the commands for it."""
-    _lab("exercises").next_break(_who(learner, required=True), lang)
+    from miniagent.lab.commands import exercises
+
+    exercises.next_break(_who(learner, required=True), lang)
 
 
 @task(positional=["variant"], help={"variant": "the break whose guard tests to run (or 'all')",
@@ -426,7 +433,9 @@ def next_(c, learner=None, lang=None):
 @refusing
 def watch(c, variant, learner=None, lang=None):
     """Re-run a break's guard tests every time you save a file under src/ (Ctrl-C to stop)."""
-    code = _lab("exercises").watch_tree(variant, _who(learner), lang)
+    from miniagent.lab.commands import exercises
+
+    code = exercises.watch_tree(variant, _who(learner), lang)
     sys.exit(code)
 
 
@@ -435,7 +444,9 @@ def watch(c, variant, learner=None, lang=None):
 @refusing
 def reset(c, variant, learner=None, lang=None):
     """Back to the intact source for this break only (your other edits stay; replaced lines are saved)."""
-    _lab("exercises").reset_tree(variant, _who(learner), lang)
+    from miniagent.lab.commands import exercises
+
+    exercises.reset_tree(variant, _who(learner), lang)
 
 
 @task(positional=["variant"], help={
@@ -444,7 +455,9 @@ def reset(c, variant, learner=None, lang=None):
 @refusing
 def predict(c, variant, learner=None, lang=None):
     """Add a prediction section for a break to learners/NAME/notebook.md (never overwrites)."""
-    _lab("experiment").predict(variant, _who(learner, required=True), lang)
+    from miniagent.lab.commands import experiment
+
+    experiment.predict(variant, _who(learner, required=True), lang)
 
 
 @task(auto_shortflags=False, help={
@@ -460,12 +473,14 @@ def predict(c, variant, learner=None, lang=None):
 @refusing
 def exp(c, variant, input=None, timeout=None, learner=None, json=False, options=None):  # noqa: A002
     """Run a variant from a sandbox copy under the harness: live panel, kill at timeout, report."""
+    from miniagent.lab.commands import experiment
+
     llm = options.pop("llm")
     seconds = _number("--timeout", timeout, float) if timeout is not None else None
     if seconds is not None and seconds <= 0:
         raise ValueError(f"--timeout takes a number of seconds above 0, got {timeout!r}")
-    record = _lab("experiment").exp(variant, question=input, timeout=seconds, llm=llm,
-                        learner=learner, as_json=json, model_flags=shlex.split(_flags(**options)))
+    record = experiment.exp(variant, question=input, timeout=seconds, llm=llm,
+                            learner=learner, as_json=json, model_flags=shlex.split(_flags(**options)))
     if record is None or record.signal:  # no prediction yet (it said how to write one), or a crash (reported)
         sys.exit(1)
 
@@ -475,7 +490,9 @@ def exp(c, variant, input=None, timeout=None, learner=None, json=False, options=
 @refusing
 def tour(c, learner=None, json=False, llm=None):
     """The failure-mode tour: run every break, then a summary table (predicted vs observed)."""
-    results = _lab("experiment").tour(learner, as_json=json, llm=llm)
+    from miniagent.lab.commands import experiment
+
+    results = experiment.tour(learner, as_json=json, llm=llm)
     if any((r["record"] or {}).get("signal") for r in results):
         sys.exit(1)  # a run crashed: the table says which
 
@@ -487,20 +504,26 @@ def tour(c, learner=None, json=False, llm=None):
 @refusing
 def check_breaks(c, real=False, only=None, under_load=False, lines=False):
     """Maintainer check: each break applies, is caught by its tests, shows its symptom, reverts exactly."""
-    sys.exit(_lab("maintainer").check_breaks(use_ci_models=not real, only=only, under_load=under_load, lines=lines))
+    from miniagent.lab.maintainers import checks
+
+    sys.exit(checks.check_breaks(use_ci_models=not real, only=only, under_load=under_load, lines=lines))
 
 
 @task(name="docs-results", help={"only": "one break only"})
 @refusing
 def docs_results(c, only=None):
     """Run every break and its fixed twin for real; write the docs' results tables and CPU charts."""
-    _lab("maintainer").docs_results(ROOT / "docs_results", ROOT / "docs" / "assets" / "results", only=only)
+    from miniagent.lab.maintainers import checks
+
+    checks.docs_results(ROOT / "docs_results", ROOT / "docs" / "assets" / "results", only=only)
 
 
 @task(name="docs-charts")
 def docs_charts(c):
     """Redraw the docs' CPU charts (English and Spanish) from the measured JSON in docs_results/; runs nothing."""
-    for path in _lab("maintainer").docs_charts(ROOT / "docs_results", ROOT / "docs" / "assets" / "results"):
+    from miniagent.lab.maintainers import checks
+
+    for path in checks.docs_charts(ROOT / "docs_results", ROOT / "docs" / "assets" / "results"):
         print(path.relative_to(ROOT))
 
 
@@ -517,7 +540,7 @@ def docs_check(c):
 @refusing
 def counterexamples(c, only=None):
     """Run each break against its property tests; write hypothesis's smallest failing world to docs_results/."""
-    from miniagent.lab.commands import counterexamples as ce
+    from miniagent.lab.maintainers import counterexamples as ce
 
     ce.write(ROOT / "docs_results", only=only)
 
@@ -526,7 +549,7 @@ def counterexamples(c, only=None):
             "wing": "the wings to mutate, comma-separated: agent, models, tools, lab, cli, tasks (default: all)"})
 def mutants(c, max_children=2, wing=None):
     """Mutation testing of the whole package, wing by wing, with each wing's tests (mutmut; slow: not in CI)."""
-    from miniagent.lab.commands import mutants as mm
+    from miniagent.lab.maintainers import mutants as mm
 
     wings = [w.strip() for w in str(wing).split(",")] if wing is not None else list(mm.WINGS)  # "": no wing
     unknown = [repr(w) if not w else w for w in wings if w not in mm.WINGS]
@@ -564,7 +587,7 @@ def class_load(c, learners="1,4,8,16", server="miniagent", base_url=None, questi
 
     from rich.console import Console
 
-    from miniagent.lab.commands import classload
+    from miniagent.lab.maintainers import classload
     from miniagent.lab.evaluation import load_eval_set
     from miniagent.serving.start import SERVERS, ServerNotReady
     from miniagent.models.settings import SERVER_URL

@@ -242,7 +242,7 @@ def screen_console(monkeypatch, *, colours: bool, width: int = 400):
     colour terminal that shows what rich adds (bold, colours, the numbers its highlighter paints)."""
     from rich.console import Console
 
-    from miniagent.lab.commands import screen
+    from miniagent.lab import screen
 
     looks = {"force_terminal": True, "color_system": "standard"} if colours else {"color_system": None}
     console = Console(record=True, width=width, file=io.StringIO(), **looks)

@@ -25,7 +25,8 @@ PY = shlex.quote(sys.executable)
 
 
 class Lab:
-    """Stands in for ``tasks._lab(part)``: records each call to a lab command, answers what the test chose."""
+    """Stands in for the lab's command modules (``part``): records each call to a lab command, answers what the
+    test chose."""
 
     def __init__(self, answers: dict | None = None) -> None:
         self.calls: list[tuple] = []
@@ -58,11 +59,16 @@ class Commands(Context):
 
 @pytest.fixture
 def lab(monkeypatch, tmp_path):
-    """A lab that records its calls, in a checkout where ada is the learner remembered."""
+    """A lab that records its calls, in a checkout where ada is the learner remembered: each module a task
+    imports its command from is a stand-in, where the task's import finds it."""
+    from miniagent.lab import commands, maintainers
+
     monkeypatch.setattr(tasks, "ROOT", tmp_path)
     progress.remember_learner(tmp_path, "ada")
     stand_in = Lab()
-    monkeypatch.setattr(tasks, "_lab", stand_in)
+    for package, module, part in ((commands, "exercises", "exercises"), (commands, "experiment", "experiment"),
+                                  (maintainers, "checks", "maintainer")):
+        monkeypatch.setattr(package, module, stand_in(part), raising=False)
     return stand_in
 
 
@@ -174,7 +180,7 @@ def test_the_docs_tasks_write_where_the_docs_read(lab, tmp_path, monkeypatch, ca
     assert lab.calls == [("maintainer", "docs_results", (results, charts), {"only": "no-cap"}),
                          ("maintainer", "docs_charts", (results, charts), {})]
     assert capsys.readouterr().out == "docs/assets/results/a.svg\n"
-    from miniagent.lab.commands import counterexamples
+    from miniagent.lab.maintainers import counterexamples
 
     written = []
     monkeypatch.setattr(counterexamples, "write", lambda folder, only: written.append((folder, only)))
@@ -251,13 +257,13 @@ def test_bench_hands_on_every_flag(monkeypatch):
     monkeypatch.setattr(tasks, "_status", lambda c, command, *, who, trace=None: ran.append((command, who)) or 0)
     tasks.bench(Commands(), json=True, only="c", amx="on, off,", load="busy,idle", runs="1", save="mine")
     tasks.bench(Commands())
-    assert ran == [(f"{PY} -m miniagent.lab.commands.bench --json --only c --runs 1 --save mine --amx on --amx off "
+    assert ran == [(f"{PY} -m miniagent.lab.maintainers.bench --json --only c --runs 1 --save mine --amx on --amx off "
                     "--load 'one core busy' --load idle", "bench"),
-                   (f"{PY} -m miniagent.lab.commands.bench ", "bench")]
+                   (f"{PY} -m miniagent.lab.maintainers.bench ", "bench")]
 
 
 def test_mutants_runs_each_wing_asked_for_and_exits_with_what_the_runs_found(monkeypatch, capsys):
-    from miniagent.lab.commands import mutants as mm
+    from miniagent.lab.maintainers import mutants as mm
 
     class Terminal:
         """Our stdout: a wing's report must be out (flushed) before the next wing's minutes of work start."""
@@ -322,7 +328,7 @@ def test_the_task_wrappers_applied_now_hand_on_the_call_and_the_refusal(monkeypa
 
 
 def test_class_load_hands_every_flag_to_the_class_and_prints_and_saves_its_report(monkeypatch, tmp_path, capsys):
-    from miniagent.lab.commands import classload
+    from miniagent.lab.maintainers import classload
 
     monkeypatch.setattr(tasks, "ROOT", tmp_path)
     model, eval_set = tmp_path / "m.gguf", tmp_path / "set.jsonl"
@@ -369,7 +375,7 @@ def test_class_load_hands_every_flag_to_the_class_and_prints_and_saves_its_repor
 
 def test_class_load_takes_one_question_each(monkeypatch):
     """The least it takes (0 is refused: tests/test_tasks.py)."""
-    from miniagent.lab.commands import classload
+    from miniagent.lab.maintainers import classload
 
     given = {}
     monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: given.update(kw) or {"levels": []})

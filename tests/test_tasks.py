@@ -153,16 +153,16 @@ def test_a_crashed_command_is_named_once_and_clearly(english_reports, capsys):
 
 
 @pytest.mark.parametrize("name, part, lab_function, call", [
-    ("check", "exercises", "check", lambda: tasks.check(Context(), "no-cap")),
-    ("watch", "exercises", "watch_tree", lambda: tasks.watch(Context(), "no-cap")),
-    ("check-breaks", "maintainer", "check_breaks", lambda: tasks.check_breaks(Context(), only="no-cap")),
+    ("check", "commands.exercises", "check", lambda: tasks.check(Context(), "no-cap")),
+    ("watch", "commands.exercises", "watch_tree", lambda: tasks.watch(Context(), "no-cap")),
+    ("check-breaks", "maintainers.checks", "check_breaks", lambda: tasks.check_breaks(Context(), only="no-cap")),
 ])
 @pytest.mark.parametrize("status", [0, 1, 2, 4, 5])
 def test_an_in_process_task_exits_with_the_status_its_check_returned(monkeypatch, name, part, lab_function, call,
                                                                      status):
     import importlib
 
-    monkeypatch.setattr(importlib.import_module(f"miniagent.lab.commands.{part}"), lab_function,
+    monkeypatch.setattr(importlib.import_module(f"miniagent.lab.{part}"), lab_function,
                         lambda *args, **kwargs: status)
     assert exit_status(call) == status
 
@@ -188,7 +188,7 @@ def test_a_maintainer_task_refuses_a_name_it_does_not_know_or_an_empty_one_befor
 
 
 def test_mutants_exit_1_when_a_survivor_is_unexplained_and_2_when_a_wing_tested_nothing(monkeypatch):
-    from miniagent.lab.commands import mutants
+    from miniagent.lab.maintainers import mutants
 
     for unexplained, problem, status in (([], None, 0), (["x"], None, 1), ([], "mutmut exited with status 1", 2),
                                          (["x"], "3 of 5 mutants were never tested", 2)):
@@ -199,7 +199,7 @@ def test_mutants_exit_1_when_a_survivor_is_unexplained_and_2_when_a_wing_tested_
 
 def test_a_mutation_run_that_tested_nothing_is_a_broken_check_not_a_clean_one():
     # seen: mutmut stopped before its first mutant (a test file did not import), and the wing read 0 survivors
-    from miniagent.lab.commands import mutants
+    from miniagent.lab.maintainers import mutants
 
     figures = {"killed": 0, "survived": 0, "total": 273, "no_tests": 0, "skipped": 0, "timeout": 0}
     assert "exited with status 1" in mutants.check_problem(1, figures)
@@ -270,7 +270,7 @@ def test_a_mutation_run_imports_mutmuts_copy_although_mutmut_writes_it_after_the
                                                                                                      tmp_path):
     """Seen on the cli wing: mutmut's process imported the checkout's package (the editable install) and a test's
     learner task applied a break to the checkout. The interpreter starts before mutmut writes its copy."""
-    from miniagent.lab.commands import mutants
+    from miniagent.lab.maintainers import mutants
 
     checkout = tmp_path / "checkout" / "src" / "pkg"
     checkout.mkdir(parents=True)
@@ -287,7 +287,7 @@ def test_a_mutation_run_imports_mutmuts_copy_although_mutmut_writes_it_after_the
 
 
 def test_a_mutation_run_that_changed_the_checkout_is_a_broken_check(tmp_path):
-    from miniagent.lab.commands import mutants
+    from miniagent.lab.maintainers import mutants
 
     (tmp_path / "src" / "pkg").mkdir(parents=True)
     (tmp_path / "src" / "pkg" / "loop.py").write_text("x = 1\n")
@@ -376,7 +376,7 @@ def test_a_process_a_mutation_run_left_behind_is_killed_and_named(tmp_path, monk
     and a mutant that kills what it should spare (seen: the maintainer's shell, twice) must find nothing else."""
     import psutil
 
-    from miniagent.lab.commands import mutants
+    from miniagent.lab.maintainers import mutants
 
     work = tmp_path / "miniagent-mutants-tools-x"
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -433,7 +433,7 @@ def test_a_process_a_mutation_run_left_behind_is_killed_and_named(tmp_path, monk
 
 @pytest.mark.parametrize("flag, settings", [({}, {}), ({"grounding": False}, {"ground_arguments": False})])
 def test_class_load_passes_no_grounding_to_every_learner(monkeypatch, flag, settings):
-    from miniagent.lab.commands import classload
+    from miniagent.lab.maintainers import classload
 
     given = {}
     monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: given.update(kw) or {"levels": []})
@@ -445,7 +445,7 @@ def test_class_load_passes_no_grounding_to_every_learner(monkeypatch, flag, sett
 @pytest.mark.parametrize("flag, server", [({}, "miniagent"), ({"server": "local"}, "local"),
                                           ({"server": "llama-cpp-python"}, "llama-cpp-python")])
 def test_class_load_passes_the_server_it_is_given(monkeypatch, flag, server):
-    from miniagent.lab.commands import classload
+    from miniagent.lab.maintainers import classload
 
     given = {}
     monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: given.update(kw) or {"levels": []})
@@ -471,7 +471,7 @@ def test_class_load_passes_the_server_it_is_given(monkeypatch, flag, server):
 def test_class_load_refuses_what_it_cannot_measure_before_any_learner_starts(monkeypatch, capsys, flags, says):
     """A class takes minutes: a flag it cannot honour is refused by name at once (status 2), not found out by a
     learner that then only says it did not start, or by a traceback after the measurement."""
-    from miniagent.lab.commands import classload
+    from miniagent.lab.maintainers import classload
 
     monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: pytest.fail("started a class"))
     assert exit_status(lambda: tasks.class_load(Context(), **flags)) == 2
@@ -513,7 +513,7 @@ def test_exp_refuses_a_timeout_no_clock_can_reach(monkeypatch, capsys, timeout, 
 
 
 def test_class_load_refuses_a_server_it_does_not_know_naming_every_one_it_does(monkeypatch, capsys):
-    from miniagent.lab.commands import classload
+    from miniagent.lab.maintainers import classload
     from miniagent.serving.start import SERVERS
 
     monkeypatch.setattr(classload, "class_load", lambda sizes, **kw: pytest.fail("started a class"))
@@ -526,7 +526,7 @@ def test_class_load_refuses_a_server_it_does_not_know_naming_every_one_it_does(m
                                      "the model server exited during start-up (exit code 3)"])
 def test_a_class_that_cannot_be_measured_says_why_in_one_line_and_fails(monkeypatch, capsys, failure):
     from miniagent.serving import start as model_server
-    from miniagent.lab.commands import classload
+    from miniagent.lab.maintainers import classload
 
     kind = classload.ClassFailed if failure.startswith("a learner") else model_server.ServerNotReady
 
@@ -541,7 +541,7 @@ def test_a_class_that_cannot_be_measured_says_why_in_one_line_and_fails(monkeypa
 def test_every_test_file_is_run_by_a_mutation_wing_or_says_why_not():
     """Found when two new test files of the tools wing were in no wing: mutmut never ran them, and the wing's
     survivors were the very mutants they kill."""
-    from miniagent.lab.commands.mutants import NO_WING, WINGS
+    from miniagent.lab.maintainers.mutants import NO_WING, WINGS
 
     files = {path.relative_to(ROOT / "tests").with_suffix("").as_posix() for path in (ROOT / "tests").rglob("test_*.py")}
     named = {test for _paths, tests in WINGS.values() for test in tests}
@@ -555,7 +555,7 @@ def test_every_source_file_is_mutated_by_a_wing():
     the package that mutation testing never changes."""
     import fnmatch
 
-    from miniagent.lab.commands.mutants import WINGS
+    from miniagent.lab.maintainers.mutants import WINGS
 
     sources = [path.relative_to(ROOT).as_posix() for path in [*(ROOT / "src" / "miniagent").rglob("*.py"), ROOT / "tasks.py"]]
     patterns = [pattern for paths, _tests in WINGS.values() for pattern in paths]
@@ -657,7 +657,7 @@ def test_every_wings_mutants_run_in_processes_forked_from_a_server_that_ran_no_t
     """Forked from a process that had run llama.cpp, a mutant's real-model tests hang and count as killed."""
     import tomllib
 
-    from miniagent.lab.commands.mutants import WINGS, mutmut_config
+    from miniagent.lab.maintainers.mutants import WINGS, mutmut_config
 
     for wing in WINGS:
         table = tomllib.loads(mutmut_config(wing))["tool"]["mutmut"]

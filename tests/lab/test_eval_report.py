@@ -123,7 +123,7 @@ def test_the_bar_shows_only_in_a_terminal():
 
     from rich.console import Console
 
-    from miniagent.lab.commands import screen
+    from miniagent.lab import screen
 
     quiet = Console(file=io.StringIO(), force_terminal=True, width=100)
     with screen.progress_bar("eval", 2, shown=False, on=quiet) as step:  # --json, or a pipe: nothing but the report
@@ -137,7 +137,7 @@ def test_the_bar_shows_only_in_a_terminal():
 
 
 def test_a_long_command_says_how_far_it_is(monkeypatch):
-    from miniagent.lab.commands import screen
+    from miniagent.lab import screen
 
     monkeypatch.setattr(screen.time, "monotonic", lambda: 130.0)
     assert screen.so_far(0, 17, 100.0) == "0/17, 0:30 so far"

@@ -12,7 +12,8 @@ from rich.console import Console
 
 from miniagent.lab import words as lab_words
 from miniagent.lab.catalogue import find
-from miniagent.lab.commands import experiment, screen
+from miniagent.lab import screen
+from miniagent.lab.commands import experiment
 from miniagent.lab.harness.record import RunRecord, deadline_note, machine_note
 from miniagent.models.scripted import BEHAVIOURS
 
@@ -191,7 +192,7 @@ def test_a_figure_is_written_as_each_language_writes_it():
 
 
 def test_the_spanish_class_table_writes_decimal_commas_the_english_one_points():
-    from miniagent.lab.commands import classload
+    from miniagent.lab.maintainers import classload
 
     level = {"learners": 1, "questions": 30, "wall_s": 140.2, "turn_p50_s": 3.2, "turn_p95_s": 3.9, "turns": 60,
              "run_p50_s": 4.5, "run_p95_s": 5.4, "answered": 30, "stop_reasons": {"answered": 30}, "correct": 26}

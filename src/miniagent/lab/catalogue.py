@@ -178,7 +178,7 @@ class Break:
     folder: Path
     docs: dict = field(default_factory=dict)
     # Pieces of the patch a fix may leave out and stay right ({"piece": label, "why": {"en", "es"}}): see
-    # lab/commands/partial_fixes.py, which names the pieces.
+    # lab/maintainers/partial_fixes.py, which names the pieces.
     cosmetic: list[dict] = field(default_factory=list)
 
     @property

@@ -251,7 +251,7 @@ def run_eval_cli(args, settings: Settings) -> int:
     try:
         from rich.console import Console
 
-        from .commands.screen import progress_bar
+        from .screen import progress_bar
 
         shown = not args.json and sys.stderr.isatty()
         with progress_bar("eval", len(items), shown=shown, on=Console(stderr=True)) as step:  # stdout: the report

@@ -14,7 +14,9 @@ import pytest
 from helpers import repo_copy
 
 from miniagent.lab.learner import notebook
-from miniagent.lab.commands import experiment, maintainer, screen
+from miniagent.lab import screen
+from miniagent.lab.commands import experiment
+from miniagent.lab.maintainers import checks
 from miniagent.lab.catalogue import Break, BreakError, busy_cpu_floor, catalogue, cpu_disturbed, find
 from miniagent.lab.patching import apply_to_tree, is_applied, revert_in_tree
 
@@ -194,7 +196,7 @@ def test_exp_runs_a_sandbox_and_leaves_the_learners_tree_alone():
 
 @pytest.mark.slow  # ~4 min: every break applied, caught, run and reverted
 def test_maintainer_check_every_break_applies_is_caught_shows_its_symptom_and_reverts():
-    assert maintainer.check_breaks(use_ci_models=True) == 0
+    assert checks.check_breaks(use_ci_models=True) == 0
 
 
 def test_check_breaks_fails_when_a_named_guard_test_no_longer_exists(tmp_path, capsys):
@@ -203,7 +205,7 @@ def test_check_breaks_fails_when_a_named_guard_test_no_longer_exists(tmp_path, c
     guards = tree / "tests" / "agent" / "test_guards.py"
     guards.write_text(guards.read_text().replace("def test_turn_cap_stops_a_model_that_never_answers(",
                                                  "def test_turn_cap_renamed(", 1))
-    assert maintainer.check_breaks(only="no-cap", root=tree) == 1
+    assert checks.check_breaks(only="no-cap", root=tree) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "its test tests/agent/test_guards.py::test_turn_cap_stops_a_model_that_never_answers does not exist" in out
     assert "every break is caught" not in out
@@ -212,7 +214,7 @@ def test_check_breaks_fails_when_a_named_guard_test_no_longer_exists(tmp_path, c
 @pytest.mark.parametrize("code, caught", [(1, True), (0, False), (2, False), (3, False), (4, False), (5, False)])
 def test_only_a_failing_test_run_counts_as_caught(code, caught):
     proc = subprocess.CompletedProcess([], code, stdout="ERROR: not found: tests/x.py::y\n", stderr="")
-    problem = maintainer.judge_pytest(proc, "the guard tests")
+    problem = checks.judge_pytest(proc, "the guard tests")
     assert (problem is None) is caught
     if code == 0:
         assert "not caught" in problem
@@ -276,7 +278,7 @@ def test_the_verdict_says_whether_the_symptom_showed():
 
 
 def test_the_busy_core_is_reaped_and_the_check_says_which_process_it_is(capsys):
-    with maintainer.busy_core() as spinner:
+    with checks.busy_core() as spinner:
         assert spinner.poll() is None
     assert spinner.returncode is not None  # killed and waited for: no zombie, no orphan
     out = " ".join(capsys.readouterr().out.split())  # as a person reads it, however the terminal wraps it

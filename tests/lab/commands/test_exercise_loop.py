@@ -198,7 +198,7 @@ def test_the_progress_table_fits_80_columns_without_a_word_cut(learner, lang, mo
 
     from rich.console import Console
 
-    from miniagent.lab.commands import screen
+    from miniagent.lab import screen
 
     narrow = Console(file=io.StringIO(), width=80, color_system=None)
     monkeypatch.setattr(screen, "console", narrow)

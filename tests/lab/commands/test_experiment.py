@@ -19,7 +19,8 @@ from helpers import printed, screen_console
 from rich.console import Console
 
 from miniagent.lab.catalogue import ROOT, find
-from miniagent.lab.commands import experiment, screen
+from miniagent.lab import screen
+from miniagent.lab.commands import experiment
 from miniagent.lab.harness.record import RunRecord, crash_note
 from miniagent.lab.learner import notebook, progress
 from miniagent.lab.learner.progress import StateError

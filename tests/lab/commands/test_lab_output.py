@@ -12,7 +12,8 @@ from rich.console import Console
 from helpers import screen_console
 
 from miniagent.lab.learner import scoring
-from miniagent.lab.commands import experiment, screen
+from miniagent.lab import screen
+from miniagent.lab.commands import experiment
 from miniagent.lab.harness.follow import Progress
 from miniagent.lab.harness.record import RunRecord
 from miniagent.lab.harness.panel import render_panel

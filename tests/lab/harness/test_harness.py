@@ -348,7 +348,7 @@ def _measured() -> list[Path]:
 
 
 def test_every_docs_chart_is_drawn_from_its_measured_json(tmp_path):
-    from miniagent.lab.commands.maintainer import docs_charts
+    from miniagent.lab.maintainers.checks import docs_charts
 
     written = docs_charts(RESULTS, tmp_path)
     assert len(written) == 2 * len(_measured()) >= 30

@@ -13,7 +13,7 @@ from generated import run_world, worlds
 from world_words import describe_world
 from hypothesis import given, note
 
-from miniagent.lab.commands.classload import turn_latencies
+from miniagent.lab.maintainers.classload import turn_latencies
 from miniagent.lab.harness.follow import Progress
 from miniagent.lab.harness.record import RunRecord
 from miniagent.lab.harness.run import _fill_from_trace

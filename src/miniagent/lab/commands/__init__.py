@@ -1,1 +1,2 @@
-"""What ``invoke`` runs: the exercise loop, experiments and reports, the maintainers' checks, the benchmarks."""
+"""What a learner runs through ``invoke``: the exercise loop (break, check, watch, hint, progress), predictions
+and experiments. The maintainers' tools are in ``lab/maintainers/``."""

@@ -17,7 +17,7 @@ from ..catalogue import ALL, ROOT, Break, find, catalogue, guard_tests
 from ..learner import paths, progress
 from ..patching import apply_to_tree, is_applied, reset_in_tree, revert_in_tree
 from ..words import section
-from . import screen
+from .. import screen
 
 
 def list_breaks() -> None:
@@ -99,7 +99,7 @@ CHECK = section("check")
 
 def _verdict(output: str, tests: list[str], code: int, lang: str, variant: str) -> None:
     """What a learner reads first: one line per failing guard test, what it found, and how to see more."""
-    from .counterexamples import parse, titles
+    from ..maintainers.counterexamples import parse, titles
 
     t = CHECK[lang]
     if code == 0:

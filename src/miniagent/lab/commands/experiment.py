@@ -27,7 +27,7 @@ from ..learner import notebook, progress, scoring
 from ..learner.fields import NO_STOP_REASON
 from ..patching import agent_command, make_sandbox
 from ..words import number, section, words
-from . import screen
+from .. import screen
 from .exercises import notebook_lang, report_lang, state_readable
 
 BASELINE = "baseline"

@@ -1,4 +1,4 @@
-"""``invoke mutants``' own run (lab/commands/mutants.py) with a stand-in mutmut: what it hands mutmut, where, and
+"""``invoke mutants``' own run (lab/maintainers/mutants.py) with a stand-in mutmut: what it hands mutmut, where, and
 how it reads mutmut's answers back into a verdict and a report. The real mutmut runs are the maintainers' (the
 figures on docs/maintainers.md); tests/test_tasks.py holds the task's exit status and the checks on a run."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from miniagent.lab.commands import mutants
-from miniagent.lab.commands.undecorated import decorated, undecorate
+from miniagent.lab.maintainers import mutants
+from miniagent.lab.maintainers.undecorated import decorated, undecorate
 
 LISTING = """
     miniagent.agent.loop.x_a__mutmut_1: killed

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..catalogue import ROOT, Break
 from ..patching import make_sandbox
 from ..words import section
-from . import screen
+from .. import screen
 
 NOTE = re.compile(r"counterexample-json: (\{.*\})\s*$")
 SECTION = re.compile(r"^_+ (test_\w+)(?:\[.*\])? _+$")

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from miniagent.agent import errors
-from miniagent.lab.commands import classload
+from miniagent.lab.maintainers import classload
 
 
 def _subclasses(cls) -> set:

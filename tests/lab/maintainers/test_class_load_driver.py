@@ -1,7 +1,7 @@
-"""``invoke class-load``'s driver and learner (lab/commands/classload.py) without a model: stand-in learners (a
+"""``invoke class-load``'s driver and learner (lab/maintainers/classload.py) without a model: stand-in learners (a
 small program started where the driver starts each learner) and a stand-in tutor session show what the driver
 hands each learner, how it starts them together, what it counts from their lines, and that it reaps them. The
-real class, with a real server, runs in tests/lab/commands/test_classload.py."""
+real class, with a real server, runs in tests/lab/maintainers/test_classload.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from miniagent.agent.config import TutorConfig
-from miniagent.lab.commands import classload
+from miniagent.lab.maintainers import classload
 from miniagent.lab.evaluation import DEFAULT_SET, load_eval_set, percentile
 
 REAL_POPEN = subprocess.Popen  # the learners fixture replaces subprocess.Popen itself
@@ -61,7 +61,7 @@ def learners(monkeypatch):
     real_popen = subprocess.Popen
 
     def popen(argv, **how):
-        assert argv[:3] == [sys.executable, "-m", "miniagent.lab.commands.classload"]
+        assert argv[:3] == [sys.executable, "-m", "miniagent.lab.maintainers.classload"]
         proc = real_popen([sys.executable, "-c", STAND_IN_LEARNER, *argv[3:]], **how)
         started.append((argv, how, proc))
         return proc
@@ -289,7 +289,7 @@ def test_a_learner_started_without_its_share_is_refused_by_name(capsys):
     with pytest.raises(SystemExit) as exit_:
         classload.learner_main(["--settings", "{}"])
     assert exit_.value.code == 2
-    assert "miniagent.lab.commands.classload: error: the following arguments are required: --items" in \
+    assert "miniagent.lab.maintainers.classload: error: the following arguments are required: --items" in \
         capsys.readouterr().err
 
 
@@ -297,7 +297,7 @@ def test_a_learners_flags_are_explained(capsys):
     with pytest.raises(SystemExit):
         classload.learner_main(["--help"])
     said = " ".join(capsys.readouterr().out.split())
-    assert said.startswith("usage: miniagent.lab.commands.classload [-h] [--set EVAL_SET] --items ITEMS")
+    assert said.startswith("usage: miniagent.lab.maintainers.classload [-h] [--set EVAL_SET] --items ITEMS")
     assert "--items ITEMS comma-separated question indices" in said
     assert ("--settings SETTINGS settings (of any wing: the loop, the model, the server faults) as a JSON object"
             in said)

@@ -1,4 +1,4 @@
-"""``invoke bench`` (lab/commands/bench.py) without the model's minutes: stand-ins for the agent's processes, the
+"""``invoke bench`` (lab/maintainers/bench.py) without the model's minutes: stand-ins for the agent's processes, the
 harness, the MCP client and the backend show what each figure is computed from, what the printed tables and the
 docs' saved tables say, and which flag asks for which figure. The real runs are ``invoke bench`` itself; these
 tests hold its arithmetic and its wiring to account (a figure computed from the wrong events reads as a fact)."""
@@ -16,7 +16,7 @@ from helpers import shell_script
 
 from miniagent.agent.ports import ModelReply
 from miniagent.lab.catalogue import ROOT
-from miniagent.lab.commands import bench, classload
+from miniagent.lab.maintainers import bench, classload
 from test_classload import level, report as class_report
 
 
@@ -42,7 +42,7 @@ def test_the_docs_figures_saved_again_are_byte_for_byte_what_the_docs_hold(tmp_p
 SAVE_IN_ASCII_LOCALE = """
 import json, sys
 from pathlib import Path
-from miniagent.lab.commands import bench, classload
+from miniagent.lab.maintainers import bench, classload
 bench_figures, class_report, folder = json.loads(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3])
 bench.save_c(bench_figures, folder, "a")
 classload.save(class_report, folder, "b")
@@ -632,14 +632,14 @@ def test_a_bad_flag_is_refused_before_anything_runs(measured, bad, capsys):
     with pytest.raises(SystemExit) as exit_:
         bench.main(bad)
     assert exit_.value.code == 2 and measured == []
-    assert "miniagent.lab.commands.bench: error: argument" in capsys.readouterr().err
+    assert "miniagent.lab.maintainers.bench: error: argument" in capsys.readouterr().err
 
 
 def test_every_flag_is_explained(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--help"])
     said = " ".join(capsys.readouterr().out.split())
-    assert said.startswith("usage: miniagent.lab.commands.bench [-h] [--json]")
+    assert said.startswith("usage: miniagent.lab.maintainers.bench [-h] [--json]")
     for flag, help_ in [
         ("--runs RUNS", "(c): processes per figure (median)"),
         ("--amx {auto,on,off}", "(c): llama.cpp's AMX path for the runs (repeatable; default auto)"),
@@ -669,6 +669,6 @@ def test_the_figures_say_which_cpu_measured_them(measured, monkeypatch, capsys):
 
 
 def test_the_module_runs_as_a_command():
-    proc = subprocess.run([sys.executable, "-m", "miniagent.lab.commands.bench", "--only", "g"],
+    proc = subprocess.run([sys.executable, "-m", "miniagent.lab.maintainers.bench", "--only", "g"],
                           capture_output=True, text=True, cwd=Path(ROOT), timeout=60)
     assert proc.returncode == 2 and "invalid choice: 'g'" in proc.stderr

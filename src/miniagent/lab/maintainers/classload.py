@@ -32,7 +32,7 @@ from ..evaluation import DEFAULT_SET, is_right, load_eval_set, percentile
 from ...processes import load_average, machine_cores, signal_group
 from ..harness.process_tree import MachineLoad, TreeSampler
 from ..words import number, section
-from . import screen
+from .. import screen
 
 LEVEL_TIMEOUT_S = 3600.0  # a level that takes longer than this is killed (and said so)
 READY_TIMEOUT_S = 120.0  # one learner's start-up: its MCP server, its backend's checks (and the local model's load)
@@ -52,7 +52,7 @@ def assign(n_items: int, learners: int, questions_each: int | None = None) -> li
 
 # --- one learner (a subprocess) -----------------------------------------------------------------
 def learner_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="miniagent.lab.commands.classload")
+    parser = argparse.ArgumentParser(prog="miniagent.lab.maintainers.classload")
     parser.add_argument("--set", dest="eval_set", default=str(DEFAULT_SET))
     parser.add_argument("--items", required=True, help="comma-separated question indices")
     parser.add_argument("--settings", default="{}", help="settings (of any wing: the loop, the model, the server faults) as a JSON object")
@@ -155,7 +155,7 @@ def run_level(learners: int, base_url: str | None, *, eval_set: Path = DEFAULT_S
             log = open(log_dir / f"learner-{learners}-{i}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
             logs.append(log)
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "miniagent.lab.commands.classload", "--set", str(eval_set),
+                [sys.executable, "-m", "miniagent.lab.maintainers.classload", "--set", str(eval_set),
                  "--items", ",".join(map(str, share)), "--settings", json.dumps(settings)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
                 start_new_session=True))  # a group per learner: its MCP server is reaped with it

@@ -28,9 +28,9 @@ from ..harness.process_tree import spinning_core
 from ..harness.record import RunRecord, crash_note, summary
 from ..harness.run import run_experiment
 from ..patching import agent_command, source_digest
-from . import screen
+from .. import screen
 from .counterexamples import property_tests
-from .experiment import BASELINE, exp
+from ..commands.experiment import BASELINE, exp
 from .partial_fixes import Piece, pieces
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from miniagent.lab.commands import counterexamples as ce
-from miniagent.lab.commands import mutants
+from miniagent.lab.maintainers import counterexamples as ce
+from miniagent.lab.maintainers import mutants
 from miniagent.lab.catalogue import ROOT, catalogue, find as find_break
 
 WORLD = {"en": "A model that repeats one call.\nEvery tool call fails with a tool error.",

@@ -1,4 +1,4 @@
-"""``invoke check-breaks --lines`` (lab/commands/partial_fixes.py): every piece a break removes is needed.
+"""``invoke check-breaks --lines`` (lab/maintainers/partial_fixes.py): every piece a break removes is needed.
 
 The pieces are computed from the real patches; pytest's runs are stand-ins that answer with the exit status the
 test gives them (the real runs are in ``.ci/run``, ``invoke check-breaks --real --lines``)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from miniagent.lab.catalogue import ROOT, Break, catalogue, find
-from miniagent.lab.commands import maintainer, partial_fixes
+from miniagent.lab.maintainers import checks, partial_fixes
 from miniagent.lab.patching import hunks
 
 NO_CAP = find("no-cap")
@@ -82,16 +82,16 @@ def runs(monkeypatch):
         label = label_of.get(text, "intact")
         return subprocess.CompletedProcess([], how["codes"].get(label, 1), stdout=how["out"], stderr="")
 
-    monkeypatch.setattr(maintainer, "_work_copy", work_copy)
-    monkeypatch.setattr(maintainer, "_pytest", pytest_run)
+    monkeypatch.setattr(checks, "_work_copy", work_copy)
+    monkeypatch.setattr(checks, "_pytest", pytest_run)
     return how
 
 
 def test_a_piece_whose_guard_tests_pass_is_reported_and_a_red_one_is_not(runs):
-    assert maintainer.check_pieces(NO_CAP) == []
+    assert checks.check_pieces(NO_CAP) == []
     term = "loop.py:207 without the term `- self.stats.forced_calls`"
     runs["codes"] = {term: 0}
-    assert maintainer.check_pieces(NO_CAP) == [
+    assert checks.check_pieces(NO_CAP) == [
         f"a fix {term} passes its guard tests (or list it under [[check.cosmetic]] with why)"]
 
 
@@ -100,9 +100,9 @@ def test_tests_that_cannot_import_the_piece_are_red_and_any_other_usage_error_is
     label = "loop.py:152 without `self.turn_cap.check(self.stats.turns)`"
     runs["codes"] = {label: code}
     runs["out"] = "____ ERROR collecting tests/agent/test_guards.py ____\nNameError: name 'CapHit' is not defined"
-    assert maintainer.check_pieces(NO_CAP) == []
+    assert checks.check_pieces(NO_CAP) == []
     runs["out"] = "ERROR: not found: tests/x.py::y"
-    [problem] = maintainer.check_pieces(NO_CAP)
+    [problem] = checks.check_pieces(NO_CAP)
     assert problem.startswith(f"the check is broken: the guard tests exited {code}")
 
 
@@ -110,14 +110,14 @@ def test_a_cosmetic_piece_is_excused_only_while_it_passes_and_only_if_it_exists(
     term = "loop.py:207 without the term `- self.stats.forced_calls`"
     excused = Break(**{**vars(NO_CAP), "cosmetic": [{"piece": term, "why": {"en": "x", "es": "x"}}]})
     runs["codes"] = {term: 0}
-    assert maintainer.check_pieces(excused) == []
+    assert checks.check_pieces(excused) == []
     runs["codes"] = {"intact": 0}
-    assert maintainer.check_pieces(excused) == [
+    assert checks.check_pieces(excused) == [
         f"{term} is listed as cosmetic, yet its guard tests catch it: take it off the list"]
     runs["codes"] = {"intact": 1}  # the intact source fails too (a busy machine): nothing is said about the list
-    assert maintainer.check_pieces(excused) == []
+    assert checks.check_pieces(excused) == []
     stale = Break(**{**vars(NO_CAP), "cosmetic": [{"piece": "loop.py:1 without `x`", "why": {"en": "x", "es": "x"}}]})
-    assert maintainer.check_pieces(stale) == [
+    assert checks.check_pieces(stale) == [
         "[[check.cosmetic]] names 'loop.py:1 without `x`', which is no piece of this break"]
 
 

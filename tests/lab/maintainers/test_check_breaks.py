@@ -1,4 +1,4 @@
-"""``invoke check-breaks`` and ``invoke docs-results`` (lab/commands/maintainer.py) with stand-ins for the slow
+"""``invoke check-breaks`` and ``invoke docs-results`` (lab/maintainers/checks.py) with stand-ins for the slow
 parts: pytest's runs answer with the exit status a test gives them, the harness hands back a record the test
 makes, and the runs of docs-results are records too. What is real: the catalogue, the copies, ``git apply`` of
 the break's patch and its revert. The real check runs every break (tests/lab/commands/test_breaks.py, marked slow)."""
@@ -15,7 +15,7 @@ from helpers import printed, repo_copy, screen_console
 
 from miniagent.agent.config import TutorConfig
 from miniagent.lab.catalogue import catalogue, find
-from miniagent.lab.commands import counterexamples, maintainer
+from miniagent.lab.maintainers import checks, counterexamples
 from miniagent.lab.harness.record import RunRecord
 
 NO_CAP = find("no-cap")
@@ -43,8 +43,8 @@ class StandIns:
         self.pytest_runs: list[tuple[str, Path, list[str], int, tuple]] = []
         self.harness_runs: list[dict] = []
         self.sources_seen: list[bool] = []
-        monkeypatch.setattr(maintainer, "_pytest", self.pytest)
-        monkeypatch.setattr(maintainer, "run_experiment", self.harness)
+        monkeypatch.setattr(checks, "_pytest", self.pytest)
+        monkeypatch.setattr(checks, "run_experiment", self.harness)
 
     def pytest(self, work, tests, timeout_s, *extra):
         what = "intact" if extra == ("-rfE",) else "guards" if timeout_s == 40 else "properties"
@@ -64,7 +64,7 @@ def test_a_break_caught_by_both_test_runs_and_showing_its_symptom_passes(monkeyp
     console = screen_console(monkeypatch, colours=False)
     stand_ins = StandIns(monkeypatch)
     before = {p: p.read_bytes() for p in (tree / "src").rglob("*.py")}
-    assert maintainer.check_breaks(only="no-cap", root=tree) == 0
+    assert checks.check_breaks(only="no-cap", root=tree) == 0
     (intact, guards, properties) = stand_ins.pytest_runs
     assert intact[0] == "intact" and intact[2] == list(NO_CAP.tests) and intact[3:] == (120, ("-rfE",))
     assert guards[0] == "guards" and guards[2] == list(NO_CAP.tests) and guards[3:] == (40, ("-x",))
@@ -74,21 +74,21 @@ def test_a_break_caught_by_both_test_runs_and_showing_its_symptom_passes(monkeyp
     assert work.name.startswith("miniagent-check-00-no-cap-") and intact[1].name.startswith("miniagent-check-intact-")
     assert stand_ins.sources_seen == [False, False], "the tests ran against the broken copy (no turn cap left)"
     [run] = stand_ins.harness_runs
-    assert run["command"] == maintainer.agent_command(NO_CAP.input, work / "trace.jsonl", llm=NO_CAP.ci_llm,
+    assert run["command"] == checks.agent_command(NO_CAP.input, work / "trace.jsonl", llm=NO_CAP.ci_llm,
                                                       flags=NO_CAP.flags)
     assert run == {**run, "timeout": NO_CAP.timeout_s, "trace_path": work / "trace.jsonl", "cwd": work,
                    "env": {"PYTHONPATH": str(work / "src")}, "live": False, "clock": "loop", "needs": NO_CAP.needs,
                    "hard_cap": NO_CAP.hard_cap_s}
     assert {p: p.read_bytes() for p in (tree / "src").rglob("*.py")} == before
     lines = printed(console)
-    assert lines == [f"00-no-cap: ok ({maintainer.summary(stand_ins.record)})",
+    assert lines == [f"00-no-cap: ok ({checks.summary(stand_ins.record)})",
                      "every break is caught and reverts cleanly"]
 
 
 def test_without_the_ci_models_the_break_runs_on_its_own_model(monkeypatch, tree):
     screen_console(monkeypatch, colours=False)
     stand_ins = StandIns(monkeypatch)
-    assert maintainer.check_breaks(use_ci_models=False, only="no-cap", root=tree) == 0
+    assert checks.check_breaks(use_ci_models=False, only="no-cap", root=tree) == 0
     assert stand_ins.harness_runs[0]["command"][stand_ins.harness_runs[0]["command"].index("--llm") + 1] == NO_CAP.llm
 
 
@@ -104,7 +104,7 @@ def test_without_the_ci_models_the_break_runs_on_its_own_model(monkeypatch, tree
 def test_a_break_its_tests_do_not_catch_fails_the_check_and_says_which_run(monkeypatch, tree, codes, problem):
     console = screen_console(monkeypatch, colours=False)
     StandIns(monkeypatch, out="said\n", **codes)
-    assert maintainer.check_breaks(only="no-cap", root=tree) == 1
+    assert checks.check_breaks(only="no-cap", root=tree) == 1
     lines = printed(console)
     assert lines[0].startswith(f"00-no-cap: FAIL {problem} (") and lines[-1] == f"{problem.count(';') + 1} problem(s)"
 
@@ -122,19 +122,19 @@ def test_a_break_its_tests_do_not_catch_fails_the_check_and_says_which_run(monke
 def test_a_run_that_does_not_show_the_symptom_fails_the_check_and_says_how(monkeypatch, tree, record, problem):
     console = screen_console(monkeypatch, colours=False)
     StandIns(monkeypatch, record=record)
-    assert maintainer.check_breaks(only="no-cap", root=tree) == 1
+    assert checks.check_breaks(only="no-cap", root=tree) == 1
     assert problem in printed(console)[0] and printed(console)[-1] == "1 problem(s)"
 
 
 def test_under_load_the_record_must_say_the_machine_was_busy(monkeypatch, tree):
     console = screen_console(monkeypatch, colours=False)
     StandIns(monkeypatch, record=shown(machine_busy=False, other_cpu_mean=12.0))
-    assert maintainer.check_breaks(only="no-cap", root=tree, under_load=True) == 1
+    assert checks.check_breaks(only="no-cap", root=tree, under_load=True) == 1
     lines = printed(console)
     assert lines[0].startswith("under load: pid ") and lines[0].endswith(" keeps one core busy during the check")
     assert "the record does not say the machine was busy (other programs 12 %)" in lines[1]
     StandIns(monkeypatch, record=shown(machine_busy=True, other_cpu_mean=100.0))
-    assert maintainer.check_breaks(only="no-cap", root=tree, under_load=True) == 0
+    assert checks.check_breaks(only="no-cap", root=tree, under_load=True) == 0
 
 
 def test_a_patch_that_no_longer_applies_is_reported_and_nothing_runs(monkeypatch, tree):
@@ -142,7 +142,7 @@ def test_a_patch_that_no_longer_applies_is_reported_and_nothing_runs(monkeypatch
     loop = tree / "src" / "miniagent" / "agent" / "loop.py"
     loop.write_text(loop.read_text().replace("TurnCap(config.max_turns)", "TurnCap(config.turn_limit)"))
     stand_ins = StandIns(monkeypatch)
-    assert maintainer.check_breaks(only="no-cap", root=tree) == 1
+    assert checks.check_breaks(only="no-cap", root=tree) == 1
     assert printed(console)[0].startswith("00-no-cap: FAIL patch does not apply: error: patch failed: ")
     assert [run[0] for run in stand_ins.pytest_runs] == ["intact"] and stand_ins.harness_runs == []
 
@@ -150,7 +150,7 @@ def test_a_patch_that_no_longer_applies_is_reported_and_nothing_runs(monkeypatch
 def test_a_check_that_changes_the_checkout_s_source_fails(monkeypatch, tree):
     console = screen_console(monkeypatch, colours=False)
     StandIns(monkeypatch, during_run=lambda: (tree / "src" / "miniagent" / "stray.py").write_text("x = 1\n"))
-    assert maintainer.check_breaks(only="no-cap", root=tree) == 1
+    assert checks.check_breaks(only="no-cap", root=tree) == 1
     assert printed(console)[-1] == "1 problem(s)" and printed(console)[0].startswith("00-no-cap: ok (")
 
 
@@ -160,7 +160,7 @@ def test_a_named_test_missing_or_failing_on_the_intact_source_is_that_break_s_pr
     out = (f"ERROR: not found: {tree}/{guard}\n(no match in any of [<Module test_guards.py>])\n"
            f"FAILED {prop} - assert 0\n")
     stand_ins = StandIns(monkeypatch, intact=1, out=out)
-    assert maintainer.check_breaks(only="no-cap", root=tree) == 1
+    assert checks.check_breaks(only="no-cap", root=tree) == 1
     assert printed(console)[0] == (f"00-no-cap: FAIL its test {guard} does not exist (pytest: not found); "
                                    f"its test {prop} fails on the intact source")
     assert [run[0] for run in stand_ins.pytest_runs] == ["intact"], "the break itself is not checked then"
@@ -169,16 +169,16 @@ def test_a_named_test_missing_or_failing_on_the_intact_source_is_that_break_s_pr
 def test_an_intact_run_that_fails_without_naming_a_test_is_the_check_s_problem_for_every_break(monkeypatch, tree):
     console = screen_console(monkeypatch, colours=False)
     StandIns(monkeypatch, intact=3, out="INTERNALERROR> boom\n")
-    assert maintainer.check_breaks(only="no-cap", root=tree) == 1
+    assert checks.check_breaks(only="no-cap", root=tree) == 1
     assert printed(console)[0] == ("00-no-cap: FAIL the check is broken: the named tests on the intact source exited "
                                    "3 (pytest's internal error): INTERNALERROR> boom")
 
 
 def test_pytest_runs_in_the_copy_with_its_source_first_and_no_learner_settings(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(maintainer.subprocess, "run", lambda argv, **how: calls.append((argv, how)))
+    monkeypatch.setattr(checks.subprocess, "run", lambda argv, **how: calls.append((argv, how)))
     monkeypatch.setenv("MINIAGENT_LLM", "scripted")
-    maintainer._pytest(tmp_path, ["tests/a.py::t"], 40, "-x")
+    checks._pytest(tmp_path, ["tests/a.py::t"], 40, "-x")
     [(argv, how)] = calls
     assert argv[1:] == ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout", "40", "-x", "tests/a.py::t"]
     assert how["cwd"] == tmp_path and how["capture_output"] and how["text"]
@@ -187,7 +187,7 @@ def test_pytest_runs_in_the_copy_with_its_source_first_and_no_learner_settings(m
 
 def test_a_broken_check_quotes_the_last_three_lines_pytest_said():
     out = "one\ntwo\n\nthree\nfour\nfive\n"
-    assert maintainer.judge_pytest(subprocess.CompletedProcess([], 137, stdout=out, stderr=""), "the guard tests") == (
+    assert checks.judge_pytest(subprocess.CompletedProcess([], 137, stdout=out, stderr=""), "the guard tests") == (
         "the check is broken: the guard tests exited 137 (not an exit status of pytest): three | four | five")
 
 
@@ -204,47 +204,47 @@ def test_docs_results_keeps_both_runs_of_a_break_and_draws_its_chart(monkeypatch
         runs.append((name, how))
         return broken if name == brk.alias else fixed
 
-    monkeypatch.setattr(maintainer, "exp", exp)
-    monkeypatch.setattr(maintainer, "_draw_charts", lambda data, assets: drawn.append((data, assets)))
-    monkeypatch.setattr(maintainer, "_write_eval_results", lambda folder: pytest.fail("one break: no eval"))
+    monkeypatch.setattr(checks, "exp", exp)
+    monkeypatch.setattr(checks, "_draw_charts", lambda data, assets: drawn.append((data, assets)))
+    monkeypatch.setattr(checks, "_write_eval_results", lambda folder: pytest.fail("one break: no eval"))
     results, assets = tmp_path / "docs" / "results", tmp_path / "docs" / "assets" / "results"  # made, parents too
-    maintainer.docs_results(results, assets, only="silent-cap")
+    checks.docs_results(results, assets, only="silent-cap")
     assert runs == [(brk.alias, {"live": False}),
-                    (maintainer.BASELINE, {"question": brk.input, "timeout": brk.timeout_s, "llm": brk.llm,
+                    (checks.BASELINE, {"question": brk.input, "timeout": brk.timeout_s, "llm": brk.llm,
                                            "flags": brk.flags, "live": False})]
     text = (results / f"{brk.id}.json").read_text(encoding="utf-8")
     data = json.loads(text)
     assert text == json.dumps(data, indent=2, ensure_ascii=False) + "\n" and '"Él fue"' in text  # a diff reads it
     assert data == {**data, "id": brk.id, "llm": brk.llm, "real_model": brk.real_model,
-                    "measured_at": "2026-11-27T10:15", "cores": maintainer.machine_cores(),
+                    "measured_at": "2026-11-27T10:15", "cores": checks.machine_cores(),
                     "timeout_s": brk.timeout_s, "input": brk.input, "flags": list(brk.flags)}
-    assert set(data["broken"]) == set(maintainer.RESULT_KEYS) and data["broken"]["samples"] == [[0.2, 90.0, 80.0, 2]]
+    assert set(data["broken"]) == set(checks.RESULT_KEYS) and data["broken"]["samples"] == [[0.2, 90.0, 80.0, 2]]
     assert data["fixed"]["stop_reason"] == "turn_cap" and "stderr_tail" not in data["broken"]
     assert drawn == [(data, assets)] and assets.is_dir()
     assert [line.strip("─ ") for line in printed(console)] == [brk.id]  # the rule that heads its runs
-    maintainer.docs_results(results, assets, only="silent-cap")  # measured again: the same folders, kept
+    checks.docs_results(results, assets, only="silent-cap")  # measured again: the same folders, kept
     assert len(drawn) == 2 and (results / f"{brk.id}.json").read_text(encoding="utf-8") == text
 
 
 def test_docs_results_for_every_break_also_measures_the_eval(monkeypatch, tmp_path):
     screen_console(monkeypatch, colours=False)
     ran, evals = [], []
-    monkeypatch.setattr(maintainer, "exp", lambda name, **how: ran.append(name) or shown())
-    monkeypatch.setattr(maintainer, "_draw_charts", lambda data, assets: None)
-    monkeypatch.setattr(maintainer, "_write_eval_results", evals.append)
-    maintainer.docs_results(tmp_path / "results", tmp_path / "assets")
-    assert len(ran) == 2 * len(maintainer.catalogue()) and evals == [tmp_path / "results"]
+    monkeypatch.setattr(checks, "exp", lambda name, **how: ran.append(name) or shown())
+    monkeypatch.setattr(checks, "_draw_charts", lambda data, assets: None)
+    monkeypatch.setattr(checks, "_write_eval_results", evals.append)
+    checks.docs_results(tmp_path / "results", tmp_path / "assets")
+    assert len(ran) == 2 * len(checks.catalogue()) and evals == [tmp_path / "results"]
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == sorted(
-        f"{brk.id}.json" for brk in maintainer.catalogue())
+        f"{brk.id}.json" for brk in checks.catalogue())
 
 
 def test_docs_charts_redraws_each_break_measured_with_its_samples_and_nothing_else(monkeypatch, tmp_path):
     drawn = []
-    monkeypatch.setattr(maintainer, "_draw_charts", lambda data, assets: drawn.append(data["id"]) or [data["id"]])
+    monkeypatch.setattr(checks, "_draw_charts", lambda data, assets: drawn.append(data["id"]) or [data["id"]])
     for name, data in (("00-a.json", {"id": "a", "broken": {"samples": []}}), ("01-b.json", {"id": "b", "broken": {}}),
                        ("02-c.json", {"id": "c"}), ("eval-x.json", {"id": "x", "broken": {"samples": []}})):
         (tmp_path / name).write_text(json.dumps(data), encoding="utf-8")
-    assert maintainer.docs_charts(tmp_path, tmp_path / "assets") == ["a"] and drawn == ["a"]
+    assert checks.docs_charts(tmp_path, tmp_path / "assets") == ["a"] and drawn == ["a"]
 
 
 def test_the_eval_table_is_every_set_scored_strictly_with_and_without_grounding(monkeypatch, tmp_path):
@@ -264,7 +264,7 @@ def test_the_eval_table_is_every_set_scored_strictly_with_and_without_grounding(
                 "declined_right": declines // 2, "made_up_answers": declines // 2}
 
     monkeypatch.setattr(evaluation, "run_eval", run_eval)
-    maintainer._write_eval_results(tmp_path)
+    checks._write_eval_results(tmp_path)
     assert [a[1:] for a in asked] == [("scored", False), ("scored", True), ("greedy", False), ("greedy", True),
                                      ("scored", False),
                                      ("scored", True), ("scored", False), ("scored", True), ("scored", False),
@@ -272,7 +272,7 @@ def test_the_eval_table_is_every_set_scored_strictly_with_and_without_grounding(
     table = (tmp_path / "eval.md").read_text(encoding="utf-8").splitlines()
     assert re.fullmatch(r"Measured by `invoke docs-results` · medido con `invoke docs-results`: "
                         r"\d{4}-\d\d-\d\d \d\d:\d\d, (\d+) cores, .+, Gemma 3 270M \(Q4_K_M\)\.", table[0])
-    machine = f"{maintainer.machine_cores()} cores, {cpu_model_name()} ({choose_amx().describe()})"
+    machine = f"{checks.machine_cores()} cores, {cpu_model_name()} ({choose_amx().describe()})"
     assert table[0].endswith(f", {machine}, Gemma 3 270M (Q4_K_M).") and table[1] == ""
     assert table[2:4] == ["| set · conjunto | decoding · decodificación | grounding · anclaje | strict accuracy · "
                           "acierto estricto | declined right · rechazos correctos | made-up answers · formas inventadas "
@@ -302,7 +302,7 @@ def test_the_whole_catalogue_says_how_far_the_check_is(monkeypatch, tree):
     """Seventeen breaks take minutes: each line says how many are done, the time so far and about how long is left."""
     console = screen_console(monkeypatch, colours=False)
     StandIns(monkeypatch)
-    maintainer.check_breaks(root=tree)  # every break gets break 00's record: most of them FAIL here, no matter
+    checks.check_breaks(root=tree)  # every break gets break 00's record: most of them FAIL here, no matter
     lines = printed(console)[:-1]
     total = len(catalogue(tree))
     assert len(lines) == total == 17

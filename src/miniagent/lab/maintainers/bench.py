@@ -24,7 +24,7 @@ from typing import Callable
 from ...processes import OtherPrograms, machine_cores
 from ..catalogue import ROOT
 from ..words import number, section
-from . import screen
+from .. import screen
 
 ADVERSARIAL = "Could you conjugate eat tenderly in the sleepy tense?"  # a verb among words that are not grammar
 # On a modal verb every call fails, so only the caps end the run: that is the capped loop's way to its fallback.
@@ -206,7 +206,7 @@ def server_startup(runs: int = 5) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="miniagent.lab.commands.bench")
+    parser = argparse.ArgumentParser(prog="miniagent.lab.maintainers.bench")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--runs", type=int, default=5, help="(c): processes per figure (median)")
