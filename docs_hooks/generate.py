@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shlex
 from pathlib import Path
 from typing import Any
 
 from miniagent.lab.catalogue import Break, alias_of, number_of
+from miniagent.lab.patching import reverse_patch
 from miniagent.lab.words import LANGS, number, section, words
 
 log = logging.getLogger("mkdocs.hooks.generate")
@@ -50,75 +50,6 @@ OUT = Path("build") / "generated" / "breaks"
 BEHAVIOURS_ES = words("es")["behaviours"]
 
 TEXT = section("docs")
-
-
-# --------------------------------------------------------------------------
-# Reversing a unified diff
-# --------------------------------------------------------------------------
-
-_HUNK_RE = re.compile(r"^@@ -(\d+(?:,\d+)?) \+(\d+(?:,\d+)?) @@(.*)$")
-_INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(.*)$")
-
-
-def _swap_path_lines(old: str, new: str) -> tuple[str, str]:
-    """``--- a/x`` / ``+++ b/y`` -> ``--- a/y`` / ``+++ b/x`` (``/dev/null`` moves with its side)."""
-    old_path, new_path = old[4:], new[4:]
-
-    def strip(path: str) -> str:
-        return path[2:] if path[:2] in ("a/", "b/") else path
-
-    def side(path: str, prefix: str) -> str:
-        return path if path.startswith("/dev/null") else prefix + strip(path)
-
-    return "--- " + side(new_path, "a/"), "+++ " + side(old_path, "b/")
-
-
-def reverse_patch(text: str) -> str:
-    """The unified diff that undoes ``text``.
-
-    File lines swap, hunk ranges swap, ``-`` and ``+`` swap; context lines
-    stay.  Within each run of changed lines the removals are put first, as
-    diff tools print them (the old and new texts of the hunk are unchanged
-    by that reordering, so the patch applies the same).
-    """
-    lines = text.splitlines()
-    out: list[str] = []
-    block: list[str] = []
-
-    def flush() -> None:
-        out.extend([line for line in block if line.startswith("-")] + [line for line in block if line.startswith("+")])
-        block.clear()
-
-    in_hunk = False
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("diff --git "):
-            flush()
-            in_hunk = False
-            out.append(line)
-        elif not in_hunk and line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            out.extend(_swap_path_lines(line, lines[i + 1]))
-            i += 1
-        elif not in_hunk and (m := _INDEX_RE.match(line)):
-            out.append(f"index {m.group(2)}..{m.group(1)}{m.group(3)}")
-        elif not in_hunk and line.startswith(("new file mode", "deleted file mode")):
-            out.append(line.replace("new file", "deleted file", 1) if line.startswith("new")
-                       else line.replace("deleted file", "new file", 1))
-        elif m := _HUNK_RE.match(line):
-            flush()
-            in_hunk = True
-            out.append(f"@@ -{m.group(2)} +{m.group(1)} @@{m.group(3)}")
-        elif in_hunk and line.startswith("-"):
-            block.append("+" + line[1:])
-        elif in_hunk and line.startswith("+"):
-            block.append("-" + line[1:])
-        else:  # context (" ..."), "\ No newline at end of file", or a header line
-            flush()
-            out.append(line)
-        i += 1
-    flush()
-    return "\n".join(out) + "\n"
 
 
 # --------------------------------------------------------------------------
@@ -305,6 +236,21 @@ def _write(path: Path, text: str) -> bool:
     return True
 
 
+def _placeholders(break_id: str) -> dict[str, str]:
+    """The fragments of a break whose metadata is not written yet: the page still builds, and says so."""
+    log.info("generate: %s has no break.toml; writing placeholder fragments", break_id)
+    files = {}
+    for lang in LANGS:
+        missing = TEXT[lang]["missing"].format(id=break_id)
+        files[f"title.{lang}.md"] = "# " + TEXT[lang]["heading"].format(num=number_of(break_id),
+                                                                        title=alias_of(break_id)) + "\n"
+        for name in ("cause", "hints", "model", "run"):
+            files[f"{name}.{lang}.md"] = missing
+    files["symptom.md"] = TEXT["en"]["missing"].format(id=break_id)
+    files["symptom.es.md"] = TEXT["es"]["missing"].format(id=break_id)
+    return files
+
+
 def generate(root: Path) -> list[Path]:
     """Write every fragment under ``root / OUT``; return the files that changed."""
     behaviours_en = _behaviours_en()
@@ -322,16 +268,7 @@ def generate(root: Path) -> list[Path]:
         if patch_path.is_file():
             files["fix.patch"] = reverse_patch(patch_path.read_text(encoding="utf-8"))
         if not toml_path.is_file():
-            # A break whose metadata is not written yet: the page still builds, and says so.
-            log.info("generate: %s has no break.toml; writing placeholder fragments", folder.name)
-            for lang in LANGS:
-                missing = TEXT[lang]["missing"].format(id=folder.name)
-                files[f"title.{lang}.md"] = "# " + TEXT[lang]["heading"].format(
-                    num=number_of(folder.name), title=alias_of(folder.name)) + "\n"
-                for name in ("cause", "hints", "model", "run"):
-                    files[f"{name}.{lang}.md"] = missing
-            files["symptom.md"] = TEXT["en"]["missing"].format(id=folder.name)
-            files["symptom.es.md"] = TEXT["es"]["missing"].format(id=folder.name)
+            files.update(_placeholders(folder.name))
             entries.append((folder.name, None))
         else:
             brk = Break.load(folder)  # the catalogue's own parser: strict, both languages of every text
@@ -390,71 +327,6 @@ def on_serve(server: Any, config: Any, builder: Any, **kwargs: Any) -> Any:
         if (root / folder).is_dir():
             server.watch(str(root / folder))
     return server
-
-
-# --------------------------------------------------------------------------
-# Search in the language being read
-# --------------------------------------------------------------------------
-# mkdocs-static-i18n gives material's search one index for both languages, and every page looks it
-# up from the site's root, so a Spanish reader gets English pages too.  After the build, the index is
-# split: the root keeps the English entries, ``es/search/search_index.json`` gets the Spanish ones
-# (their locations made relative to ``es/``), and each Spanish page's ``base`` points at ``es/``, where
-# material's search fetches its index and resolves the results.
-
-SECOND_LANGS = tuple(lang for lang in LANGS if lang != "en")
-_BASE_RE = re.compile(r'("base": ")([^"]*)(")')
-
-
-def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:
-    dest = page.file.dest_uri
-    lang = next((lang for lang in SECOND_LANGS if dest.startswith(f"{lang}/")), None)
-    if lang is None or '<script id="__config"' not in output:
-        return output
-    import posixpath
-
-    here = posixpath.dirname(dest) or "."
-    base = posixpath.relpath(lang, here)
-    head, sep, rest = output.partition('<script id="__config" type="application/json">')
-    return head + sep + _BASE_RE.sub(lambda m: m.group(1) + base + m.group(3), rest, count=1)
-
-
-def split_search_index(site_dir: Path) -> dict[str, int]:
-    """One search index per language; returns the number of entries each got."""
-    index_path = site_dir / "search" / "search_index.json"
-    if not index_path.is_file():
-        return {}
-    index = json.loads(index_path.read_text(encoding="utf-8"))
-    docs = index.get("docs", [])
-    counts = {}
-    for lang in SECOND_LANGS:
-        mine = [{**d, "location": d["location"][len(lang) + 1:]} for d in docs if d["location"].startswith(f"{lang}/")]
-        if not mine:
-            continue
-        out = site_dir / lang / "search" / "search_index.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({**index, "config": {**index["config"], "lang": [lang]}, "docs": mine},
-                                  ensure_ascii=False), encoding="utf-8")
-        counts[lang] = len(mine)
-    english = [d for d in docs if not any(d["location"].startswith(f"{lang}/") for lang in SECOND_LANGS)]
-    if len(english) != len(docs):
-        index_path.write_text(json.dumps({**index, "config": {**index["config"], "lang": ["en"]}, "docs": english},
-                                         ensure_ascii=False), encoding="utf-8")
-    counts["en"] = len(english)
-    return counts
-
-
-try:
-    from mkdocs.plugins import event_priority
-except ImportError:  # the generator also runs without mkdocs (python docs_hooks/generate.py)
-    def event_priority(priority: float):  # type: ignore[no-redef]
-        return lambda f: f
-
-
-@event_priority(-100)  # after the search plugin (and the i18n plugin) have written the combined index
-def on_post_build(config: Any, **kwargs: Any) -> None:
-    counts = split_search_index(Path(config["site_dir"]))
-    if counts:
-        log.debug("generate: search index split per language: %s", counts)
 
 
 if __name__ == "__main__":  # python docs_hooks/generate.py: regenerate without building

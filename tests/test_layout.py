@@ -9,6 +9,7 @@ or into each other.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -146,6 +147,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_module_imports_itself_back_through_others():
     """An import cycle (two modules importing each other inside functions to get round it) ties their fates."""
     assert cycles(module_graph()) == []
+    # tasks.py and the docs' hooks stand on the package: no module of it may import them back (a cycle)
+    for path in PACKAGE.rglob("*.py"):
+        assert not re.search(r"^\s*(from|import) (tasks|docs_hooks)\b", path.read_text(encoding="utf-8"), re.M), path
 
 
 def test_the_cycle_check_sees_a_cycle():
@@ -163,9 +167,13 @@ LONG_FUNCTIONS = {
 
 
 def sizes() -> tuple[dict[str, int], dict[str, int]]:
+    """Lines of each file and function: the package's (named from the package), the root's tasks.py and the docs'
+    hooks (named from the repository's root)."""
+    root = PACKAGE.parents[1]
     files, functions = {}, {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        name = path.relative_to(PACKAGE).as_posix()
+    paths = [*sorted(PACKAGE.rglob("*.py")), root / "tasks.py", *sorted((root / "docs_hooks").glob("*.py"))]
+    for path in paths:
+        name = path.relative_to(PACKAGE if PACKAGE in path.parents else root).as_posix()
         text = path.read_text(encoding="utf-8")
         files[name] = len(text.splitlines())
         for node in ast.walk(ast.parse(text)):

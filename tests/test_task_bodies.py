@@ -17,6 +17,7 @@ import pytest
 from helpers import exit_status, repo_tasks
 from invoke import Context
 
+from miniagent.lab import task_kit as kit
 from miniagent.lab.learner import progress
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,9 +195,9 @@ def trace_flag(command: str) -> str | None:
 
 
 def test_ask_runs_the_agent_with_every_flag_it_was_given_and_its_trace(monkeypatch, tmp_path):
-    monkeypatch.setattr(tasks, "ROOT", tmp_path)
+    monkeypatch.setattr(kit, "ROOT", tmp_path)  # a learner's --trace lies in the checkout
     read = []
-    monkeypatch.setattr(tasks, "_status", lambda c, command, *, who, trace=None: read.append((command, who, trace))
+    monkeypatch.setattr(kit, "status", lambda c, command, *, who, trace=None: read.append((command, who, trace))
                         or 0)
     c = Commands()
     tasks.ask(c, "What is it's past?", max_turns="3", max_tool_calls="2", wall_clock_s="9", tool_timeout_s="1.5",
@@ -217,13 +218,13 @@ def test_ask_runs_the_agent_with_every_flag_it_was_given_and_its_trace(monkeypat
 def test_a_scratch_trace_the_command_removed_itself_is_no_error(monkeypatch):
     import shutil
 
-    monkeypatch.setattr(tasks, "_status", lambda c, command, *, who, trace=None: shutil.rmtree(trace.parent) or 0)
+    monkeypatch.setattr(kit, "status", lambda c, command, *, who, trace=None: shutil.rmtree(trace.parent) or 0)
     assert exit_status(lambda: tasks.eval_(Commands())) == 0
 
 
 def test_eval_runs_the_agent_with_every_flag_it_was_given_and_a_scratch_trace(monkeypatch):
     read = []
-    monkeypatch.setattr(tasks, "_status", lambda c, command, *, who, trace=None: read.append((command, who, trace))
+    monkeypatch.setattr(kit, "status", lambda c, command, *, who, trace=None: read.append((command, who, trace))
                         or 0)
     tasks.eval_(Commands(), set="mine.jsonl", limit="3", wall_clock_s="9", json=True, decode="greedy")
     tasks.eval_(Commands())
@@ -236,16 +237,16 @@ def test_eval_runs_the_agent_with_every_flag_it_was_given_and_a_scratch_trace(mo
 
 def test_the_suite_and_the_docs_tasks_run_their_commands(monkeypatch, capsys):
     ran = []
-    monkeypatch.setattr(tasks, "_status", lambda c, command, *, who, trace=None: ran.append((command, who)) or 0)
+    monkeypatch.setattr(kit, "status", lambda c, command, *, who, trace=None: ran.append((command, who)) or 0)
     tasks.test(Commands(), k="guards and not slow")
     tasks.test(Commands())
     tasks.docs(Commands())
     tasks.docs_build(Commands())
     tasks.docs_check(Commands())
     assert ran == [
-        (f"{PY} -m pytest -q -n {tasks.WORKERS} -m 'not serial' -k 'guards and not slow'", "tests"),
+        (f"{PY} -m pytest -q -n {kit.WORKERS} -m 'not serial' -k 'guards and not slow'", "tests"),
         (f"{PY} -m pytest -q -p no:xdist -m serial -k 'guards and not slow'", "tests"),
-        (f"{PY} -m pytest -q -n {tasks.WORKERS} -m 'not serial'", "tests"),
+        (f"{PY} -m pytest -q -n {kit.WORKERS} -m 'not serial'", "tests"),
         (f"{PY} -m pytest -q -p no:xdist -m serial", "tests"),
         (f"{PY} -m mkdocs serve", "process"), (f"{PY} -m mkdocs build --strict --site-dir site", "process"),
         (f"{PY} -m pytest -q tests/docs/test_docs_browser.py", "process")]
@@ -254,7 +255,7 @@ def test_the_suite_and_the_docs_tasks_run_their_commands(monkeypatch, capsys):
 
 def test_bench_hands_on_every_flag(monkeypatch):
     ran = []
-    monkeypatch.setattr(tasks, "_status", lambda c, command, *, who, trace=None: ran.append((command, who)) or 0)
+    monkeypatch.setattr(kit, "status", lambda c, command, *, who, trace=None: ran.append((command, who)) or 0)
     tasks.bench(Commands(), json=True, only="c", amx="on, off,", load="busy,idle", runs="1", save="mine")
     tasks.bench(Commands())
     assert ran == [(f"{PY} -m miniagent.lab.maintainers.bench --json --only c --runs 1 --save mine --amx on --amx off "
@@ -318,19 +319,21 @@ def test_the_task_wrappers_applied_now_hand_on_the_call_and_the_refusal(monkeypa
     assert refusing.__name__ == "body" and refusing("c", "ok", extra=1) == "done"
     assert exit_status(lambda: refusing("c", "bad")) == 2
     assert capsys.readouterr().err == "miniagent: a refusal\n"
-    modelled = tasks.with_model_options(body)
+    modelled = kit.with_model_options(body)
     assert modelled.__name__ == "body" and not hasattr(modelled, "__wrapped__")
-    assert list(modelled.__signature__.parameters) == ["c", "variant", "extra", *tasks.MODEL_HELP]
-    assert all(modelled.__signature__.parameters[name].default is None for name in tasks.MODEL_HELP)
+    assert list(modelled.__signature__.parameters) == ["c", "variant", "extra", *kit.MODEL_HELP]
+    assert all(modelled.__signature__.parameters[name].default is None for name in kit.MODEL_HELP)
     assert modelled("c", "ok", extra=2, llm="scripted:oracle", decode="greedy") == "done"
     assert seen[0] == ("c", "ok", 1, None) and seen[1][0] == "c" and seen[2][:3] == ("c", "ok", 2)
-    assert seen[2][3] == {**dict.fromkeys(tasks.MODEL_HELP), "llm": "scripted:oracle", "decode": "greedy"}
+    assert seen[2][3] == {**dict.fromkeys(kit.MODEL_HELP), "llm": "scripted:oracle", "decode": "greedy"}
 
 
 def test_class_load_hands_every_flag_to_the_class_and_prints_and_saves_its_report(monkeypatch, tmp_path, capsys):
     from miniagent.lab.maintainers import classload
 
-    monkeypatch.setattr(tasks, "ROOT", tmp_path)
+    from miniagent.lab.maintainers import class_load_command
+
+    monkeypatch.setattr(class_load_command, "ROOT", tmp_path)  # where --save writes
     model, eval_set = tmp_path / "m.gguf", tmp_path / "set.jsonl"
     model.write_bytes(b"GGUF")
     eval_set.write_text((ROOT / "labs" / "01-tutor-end-to-end" / "eval.jsonl").read_text().splitlines()[0] + "\n")

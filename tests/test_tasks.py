@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from helpers import NAPS_60_S, exit_status, repo_tasks
 from invoke import Config, Context
 
+from miniagent.lab import task_kit as kit
 from miniagent.lab.learner import progress
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +103,7 @@ def test_the_suite_runs_in_parallel_then_the_serial_tests_and_exits_with_one_sta
     c = PassesContext(first, second)
     assert exit_status(lambda: tasks.test(c)) == expected
     parallel, serial = c.commands
-    assert f"-n {tasks.WORKERS}" in parallel and "-m 'not serial'" in parallel
+    assert f"-n {kit.WORKERS}" in parallel and "-m 'not serial'" in parallel
     assert "-n " not in serial and "-p no:xdist" in serial and "-m serial" in serial
 
 
@@ -125,7 +126,7 @@ def test_pytest_loads_the_plugins_the_project_names_and_rewrites_no_installed_pa
 
 @pytest.mark.parametrize("codes, expected", [([0, 0], 0), ([0], 0), ([5, 0], 0), ([5, 5], 5), ([0, 1], 1), ([4, 1], 4)])
 def test_the_suites_status_is_a_number_whatever_the_passes_said(codes, expected):
-    assert tasks.suite_status(codes) == expected
+    assert kit.suite_status(codes) == expected
 
 
 @pytest.mark.parametrize("first", [2, 3, 4, 130, -signal.SIGSEGV])
@@ -240,7 +241,7 @@ def test_every_learner_task_refuses_a_damaged_progress_file_and_changes_nothing(
     assert {p: p.read_bytes() for p in (ROOT / "src").rglob("*.py")} == src, "a refused command changed src/"
 
 
-@pytest.mark.parametrize("option", sorted(tasks.MODEL_HELP))
+@pytest.mark.parametrize("option", sorted(kit.MODEL_HELP))
 def test_every_model_option_of_a_task_reaches_the_agents_command_line(option, monkeypatch):
     """`invoke ask/eval/exp --OPTION V` gives the agent `--OPTION V` (exp: through its run's flags)."""
     from miniagent.cli import build_parser
@@ -305,15 +306,15 @@ def test_a_mutation_run_that_changed_the_checkout_is_a_broken_check(tmp_path):
     assert mutants.check_problem(0, figures, []) is None
 
 
-# --- tasks._run with invoke's real Context, and the crash report's trace (found by `invoke mutants --wing tasks`)
+# --- kit.run with invoke's real Context, and the crash report's trace (found by `invoke mutants --wing tasks`)
 def test_a_command_runs_from_the_repository_root_and_its_failure_is_its_exit_status(monkeypatch, tmp_path, capfd):
     monkeypatch.chdir(tmp_path)
     py = shlex.quote(sys.executable)
     c = Context(Config(overrides={"run": {"in_stream": False}}))  # pytest's stdin cannot be read
-    assert tasks._run(c, f"{py} -c 'import os; print(os.getcwd())'") == 0
+    assert kit.run(c, f"{py} -c 'import os; print(os.getcwd())'") == 0
     assert capfd.readouterr().out.strip() == str(tasks.ROOT)
     # warn=True: a failing command is its exit status, not invoke's UnexpectedExit and its traceback
-    assert exit_status(lambda: tasks._run(c, f"{py} -c 'import sys; sys.exit(3)'")) == 3
+    assert exit_status(lambda: kit.run(c, f"{py} -c 'import sys; sys.exit(3)'")) == 3
 
 
 class TracingContext(FakeContext):
@@ -349,8 +350,8 @@ def test_a_crashed_agent_that_wrote_nothing_is_reported_as_silent(english_report
 
 
 def test_the_flags_given_to_the_agent_leave_out_what_was_not_given():
-    assert tasks._flags(a=None, b=False, c=True, max_turns=3, d="it's") == "--c --max-turns 3 --d 'it'\"'\"'s'"
-    assert tasks._flags() == ""
+    assert kit.flags(a=None, b=False, c=True, max_turns=3, d="it's") == "--c --max-turns 3 --d 'it'\"'\"'s'"
+    assert kit.flags() == ""
 
 
 def test_a_learner_command_without_a_learner_asks_who_you_are(monkeypatch, tmp_path, capsys):
@@ -600,7 +601,7 @@ def test_a_task_killed_by_sigterm_or_a_closed_terminal_still_stops_what_it_start
 
 def test_without_it_a_sigterm_skips_the_finally_and_leaves_the_child():
     """The control experiment: the same body under invoke's own @task."""
-    script = HOLDS_A_CHILD.format(root=str(ROOT), naps=NAPS_60_S).replace("@tasks.task", "@tasks.invoke_task")
+    script = HOLDS_A_CHILD.format(root=str(ROOT), naps=NAPS_60_S).replace("@tasks.task", "@tasks.kit.invoke_task")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     child = int(proc.stdout.readline())
     try:
@@ -683,7 +684,7 @@ def test_a_command_whose_reader_went_away_is_stopped_and_the_task_ends_quietly()
     proc = with_a_closed_reader([sys.executable, "-m", "invoke", "ask", "Please conjugate the verb eat lovingly",
                                  "--llm", "scripted:wanderer", "--max-turns", "100000", "--max-tool-calls", "100000",
                                  "--wall-clock-s", "100000", "--trace", "-"], env=env)
-    assert proc.returncode == tasks.READER_GONE == 128 + signal.SIGPIPE, proc.stderr
+    assert proc.returncode == kit.READER_GONE == 128 + signal.SIGPIPE, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
     left = []
     for p in psutil.process_iter():
@@ -734,9 +735,9 @@ def test_a_commands_output_is_copied_until_the_reader_goes_then_the_command_is_s
     sleeper, quick = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["true"])
     command, ended = psutil.Process(sleeper.pid), psutil.Process(quick.pid)
     quick.wait()  # a child that is already gone must not keep the others from being stopped
-    monkeypatch.setattr(tasks, "_our_children", lambda: [ended, command])
+    monkeypatch.setattr(kit, "our_children", lambda: [ended, command])
     pipe = Pipe()
-    out = tasks._Output(pipe)
+    out = kit.Output(pipe)
     out.write("one\n")
     out.flush()
     assert pipe.written == ["one\n"] and not out.reader_gone and sleeper.poll() is None
@@ -750,7 +751,7 @@ def test_a_commands_output_is_copied_until_the_reader_goes_then_the_command_is_s
 def test_our_children_are_the_processes_this_one_started():
     child = subprocess.Popen(["sleep", "60"])
     try:
-        assert child.pid in {p.pid for p in tasks._our_children()}
+        assert child.pid in {p.pid for p in kit.our_children()}
     finally:
         child.kill()
         child.wait()
@@ -773,15 +774,15 @@ class Writing(FakeContext):
 def test_a_command_whose_reader_went_away_ends_the_task_quietly_not_as_a_crash(broken, monkeypatch):
     pipes = {"out": Pipe(), "err": Pipe()}
     pipes[broken].gone = True
-    monkeypatch.setattr(tasks.sys, "stdout", pipes["out"])
-    monkeypatch.setattr(tasks.sys, "stderr", pipes["err"])
-    monkeypatch.setattr(tasks, "_our_children", list)
-    monkeypatch.setattr(tasks, "_report_crash", lambda *a, **k: pytest.fail("a reader gone is not a crash"))
-    monkeypatch.setattr(tasks, "_reader_gone", lambda: sys.exit("reader gone"))
+    monkeypatch.setattr(kit.sys, "stdout", pipes["out"])
+    monkeypatch.setattr(kit.sys, "stderr", pipes["err"])
+    monkeypatch.setattr(kit, "our_children", list)
+    monkeypatch.setattr(kit, "report_crash", lambda *a, **k: pytest.fail("a reader gone is not a crash"))
+    monkeypatch.setattr(kit, "reader_gone", lambda: sys.exit("reader gone"))
     c = Writing(broken)
-    assert exit_status(lambda: tasks._status(c, "python -m miniagent ask x", who="agent")) == "reader gone"
+    assert exit_status(lambda: kit.status(c, "python -m miniagent ask x", who="agent")) == "reader gone"
     [got] = c.calls
-    assert got["warn"] is True and {type(got[f"{s}_stream"]) for s in pipes} == {tasks._Output}
+    assert got["warn"] is True and {type(got[f"{s}_stream"]) for s in pipes} == {kit.Output}
     assert {s: got[f"{s}_stream"].reader_gone for s in pipes} == {s: s == broken for s in pipes}
 
 
@@ -796,10 +797,10 @@ def test_a_task_whose_reader_went_away_points_its_streams_at_devnull_and_exits_1
 
     opened, duplicated = [], []
     for name in ("stdout", "stderr"):
-        monkeypatch.setattr(tasks.sys, name, types.SimpleNamespace(fileno=fileno(name)))
-    monkeypatch.setattr(tasks.os, "open", lambda path, flags: opened.append((path, flags)) or 99)
-    monkeypatch.setattr(tasks.os, "dup2", lambda fd, onto: duplicated.append((fd, onto)))
-    assert exit_status(tasks._reader_gone) == 141
+        monkeypatch.setattr(kit.sys, name, types.SimpleNamespace(fileno=fileno(name)))
+    monkeypatch.setattr(kit.os, "open", lambda path, flags: opened.append((path, flags)) or 99)
+    monkeypatch.setattr(kit.os, "dup2", lambda fd, onto: duplicated.append((fd, onto)))
+    assert exit_status(kit.reader_gone) == 141
     assert opened == [(os.devnull, os.O_WRONLY)]
     assert duplicated == [(99, 2 if closed == "stdout" else 1)]
 

@@ -182,7 +182,7 @@ def test_every_model_option_of_the_cli_is_on_the_invoke_task(task):
         sys.path.remove(str(ROOT))
     model_fields = {"llm", "model", "decode", "max_action_tokens", "n_ctx", "n_threads", "cache_dir",
                     "model_wall_clock_s", "llama_amx"} | {f.name for f in fields(ModelSettings) if f.name.startswith("openai_")}
-    assert set(tasks.MODEL_HELP) == model_fields, "MODEL_HELP lists the CLI's model options"
+    assert set(tasks.kit.MODEL_HELP) == model_fields, "MODEL_HELP lists the CLI's model options"
     shown = subprocess.run([sys.executable, "-m", "invoke", "--help", task], cwd=ROOT, capture_output=True,
                            text=True, check=True).stdout
     missing = [name for name in model_fields if "--" + name.replace("_", "-") not in shown]

@@ -9,6 +9,7 @@ whatever happens (the learner's own tree is never touched by ``exp``).
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -228,3 +229,69 @@ def hunks(patch: Path) -> list[Hunk]:
     if body:
         out.append(Hunk(file, start, tuple(body)))
     return out
+
+
+# --- a patch reversed: the fix a docs page shows (docs_hooks/generate.py writes it as fix.patch) -------------
+_HUNK_RE = re.compile(r"^@@ -(\d+(?:,\d+)?) \+(\d+(?:,\d+)?) @@(.*)$")
+_INDEX_RE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(.*)$")
+
+
+def _swap_path_lines(old: str, new: str) -> tuple[str, str]:
+    """``--- a/x`` / ``+++ b/y`` -> ``--- a/y`` / ``+++ b/x`` (``/dev/null`` moves with its side)."""
+    old_path, new_path = old[4:], new[4:]
+
+    def strip(path: str) -> str:
+        return path[2:] if path[:2] in ("a/", "b/") else path
+
+    def side(path: str, prefix: str) -> str:
+        return path if path.startswith("/dev/null") else prefix + strip(path)
+
+    return "--- " + side(new_path, "a/"), "+++ " + side(old_path, "b/")
+
+
+def reverse_patch(text: str) -> str:
+    """The unified diff that undoes ``text``.
+
+    File lines swap, hunk ranges swap, ``-`` and ``+`` swap; context lines
+    stay.  Within each run of changed lines the removals are put first, as
+    diff tools print them (the old and new texts of the hunk are unchanged
+    by that reordering, so the patch applies the same).
+    """
+    lines = text.splitlines()
+    out: list[str] = []
+    block: list[str] = []
+
+    def flush() -> None:
+        out.extend([line for line in block if line.startswith("-")] + [line for line in block if line.startswith("+")])
+        block.clear()
+
+    in_hunk = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("diff --git "):
+            flush()
+            in_hunk = False
+            out.append(line)
+        elif not in_hunk and line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            out.extend(_swap_path_lines(line, lines[i + 1]))
+            i += 1
+        elif not in_hunk and (m := _INDEX_RE.match(line)):
+            out.append(f"index {m.group(2)}..{m.group(1)}{m.group(3)}")
+        elif not in_hunk and line.startswith(("new file mode", "deleted file mode")):
+            out.append(line.replace("new file", "deleted file", 1) if line.startswith("new")
+                       else line.replace("deleted file", "new file", 1))
+        elif m := _HUNK_RE.match(line):
+            flush()
+            in_hunk = True
+            out.append(f"@@ -{m.group(2)} +{m.group(1)} @@{m.group(3)}")
+        elif in_hunk and line.startswith("-"):
+            block.append("+" + line[1:])
+        elif in_hunk and line.startswith("+"):
+            block.append("-" + line[1:])
+        else:  # context (" ..."), "\ No newline at end of file", or a header line
+            flush()
+            out.append(line)
+        i += 1
+    flush()
+    return "\n".join(out) + "\n"

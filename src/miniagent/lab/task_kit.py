@@ -1,0 +1,243 @@
+"""What every task in tasks.py shares: a command run from the repository's root and its end reported (a
+crash named in the learner's language, a reader gone away as in a shell), SIGTERM unwinding a task like Ctrl-C,
+flags checked and refused in one line, and the test suite's two passes."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from invoke import task as invoke_task
+
+from .catalogue import ROOT
+
+
+def task(*args, **kwargs):
+    """``invoke.task``, with the body run so that SIGTERM and SIGHUP unwind it like Ctrl-C.
+
+    A task's ``finally`` blocks stop what it started in sessions of its own (the agent under the harness,
+    a model server, the learners of a class); killed by ``timeout`` or a closed terminal, Python would skip
+    them and leave those processes behind (``miniagent.processes.stops_unwind``). A task whose reader went away
+    (``invoke exp --json | head -1``) unwinds the same way and ends quietly (:func:`reader_gone`).
+    """
+    def unwinding(body):
+        @functools.wraps(body)
+        def task_body(*a, **k):
+            from miniagent.processes import stops_unwind
+
+            try:
+                with stops_unwind():
+                    return body(*a, **k)
+            except BrokenPipeError:
+                reader_gone()
+
+        return task_body
+
+    if len(args) == 1 and callable(args[0]) and not kwargs:  # @task
+        return invoke_task(unwinding(args[0]))
+    return lambda body: invoke_task(*args, **kwargs)(unwinding(body))  # @task(...)
+
+
+def run(c, command: str, *, trace: Path | None = None, who: str = "process") -> int:
+    """Run a command from the repo root; exit with its status, without invoke's traceback.
+
+    A death by signal (a crash in llama.cpp, say) is named in one clear report, in the learner's language,
+    and exits 128 + the signal's number, as a shell does; ``trace`` (the agent's trace file) tells how far
+    its loop got; ``who`` names what died (agent, tests, bench, process)."""
+    code = status(c, command, trace=trace, who=who)
+    if code:
+        sys.exit(code)
+    return 0
+
+
+# A shell's status for a writer whose reader went away: 128 + SIGPIPE.
+READER_GONE = 141
+
+
+def reader_gone() -> None:
+    """End quietly, as a shell's ``cmd | head`` does: no traceback, status 141. Python's own advice (the signal
+    module's note on SIGPIPE): point the streams at /dev/null first, so that the exit's flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(devnull, stream.fileno())
+    sys.exit(READER_GONE)
+
+
+def our_children() -> list:
+    import psutil
+
+    return psutil.Process().children()
+
+
+class Output:
+    """Where a command's output goes: our own stream, until whoever reads it goes away
+    (``invoke ask --trace - | head -1``). invoke's copying thread would die of the broken pipe and invoke would stop
+    waiting, leaving the command running on its own; here, as in a shell, the command is stopped instead (SIGTERM:
+    the lab's commands unwind and stop what they started), and invoke waits for it while the rest is dropped."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.reader_gone = stream, False
+
+    def write(self, text: str) -> None:
+        if self.reader_gone:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except BrokenPipeError:
+            import psutil
+
+            self.reader_gone = True
+            for child in our_children():  # the command (invoke runs one at a time)
+                with contextlib.suppress(psutil.Error):
+                    child.terminate()
+
+    def flush(self) -> None:
+        """write() flushes."""
+
+
+def status(c, command: str, *, who: str, trace: Path | None = None) -> int:
+    """:func:`run`'s work without the exit: the command's status (128 + the signal when it died of one,
+    named in one clear report)."""
+    out, err = Output(sys.stdout), Output(sys.stderr)
+    with c.cd(str(ROOT)):  # a Result always: nothing here disowns or runs in the background
+        result = c.run(command, warn=True, out_stream=out, err_stream=err)
+    if out.reader_gone or err.reader_gone:
+        reader_gone()
+    if result.exited is not None and result.exited < 0:
+        report_crash(result, trace, who)
+        return 128 - result.exited
+    return result.exited or 0
+
+
+def report_crash(result, trace: Path | None, who: str) -> None:
+    from miniagent.lab.harness import crash
+    from miniagent.lab.harness.follow import Progress, TraceFollower
+    from miniagent.lab.commands.exercises import report_lang
+
+    progress = Progress()
+    if trace is not None:
+        for event in TraceFollower(trace).finish():
+            progress.add(event, 0.0)
+    started = None if trace is None else progress.first_event_at is not None
+    lines = crash.describe(crash.signal_name(result.exited), loop_started=started, turns=progress.turns,
+                           stderr_lines=(result.stderr or "").splitlines(), lang=report_lang(), who=who)
+    print("\n".join(f"miniagent: {line}" if i == 0 else line for i, line in enumerate(lines)), file=sys.stderr)
+
+
+@contextlib.contextmanager
+def agent_trace(trace: str | None):
+    """(the trace file to read after the run, the --trace value to pass): the learner's, else a scratch file."""
+    if trace:
+        yield (None if trace == "-" else ROOT / trace), trace
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="miniagent-trace-"))
+    try:
+        yield scratch / "trace.jsonl", str(scratch / "trace.jsonl")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+# --- refusals: a clear line and exit status 2, never a traceback ------------------------------------
+def number(flag: str, raw, kind: type):
+    """A flag's value as an int or a finite float; a ValueError naming the flag otherwise (refused, exit 2)."""
+    import math
+
+    try:
+        value = kind(str(raw).strip())
+    except ValueError:
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)):
+        raise ValueError(f"{flag} takes {'a whole number' if kind is int else 'a number'}, got {raw!r}")
+    return value
+
+
+def check_save_name(save: str | None) -> None:
+    """--save NAME becomes docs_results/<kind>-NAME.json: a name, checked before the measurement it would save."""
+    import re
+
+    if save is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", save):
+        raise ValueError(f"--save takes a name (letters, digits, - and _), got {save!r}")
+
+
+def refuse(err: Exception | str, status: int = 2) -> None:
+    print(f"miniagent: {err}", file=sys.stderr)
+    sys.exit(status)
+
+
+def errors():
+    """The learner-facing refusals: a clear message and exit status 2, never a traceback."""
+    from miniagent.lab.catalogue import BreakError
+    from miniagent.lab.learner.notebook import PredictionError
+    from miniagent.lab.learner.progress import StateError
+
+    return BreakError, PredictionError, StateError, ValueError
+
+
+def flags(**values) -> str:
+    """--flag value pairs for the CLI; None means "not given" (lower config layers apply)."""
+    parts = []
+    for name, value in values.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        parts.append(flag if value is True else f"{flag} {shlex.quote(str(value))}")
+    return " ".join(parts)
+
+
+# The model options of the CLI, the same on `invoke ask`, `eval` and `exp` (see TutorConfig): declared here once.
+MODEL_HELP = {
+    "llm": "llama (default) | openai | scripted:<behaviour>",
+    "model": "path of another GGUF file (with --llm openai: the tokenizer of the model the server serves)",
+    "decode": "scored (default) | greedy",
+    "max_action_tokens": "tokens per model reply (default 48)",
+    "n_ctx": "context window in tokens (default 2048)",
+    "n_threads": "llama.cpp threads, 0 = the free cores (default)",
+    "cache_dir": "prompt and priors cache ('' turns it off)",
+    "openai_base_url": "OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (with --llm openai)",
+    "openai_model": "model name the server expects (default 'local')",
+    "openai_response_format": "greedy only: auto (default) | json_schema | json_object",
+    "openai_max_retries": "retries when the model server is unreachable or busy (default 2)",
+    "openai_startup_s": "seconds each start-up request to the model server may take (default 10)",
+    "model_wall_clock_s": "seconds the run may wait for the model apart from wall_clock_s (0 = counted in it)",
+    "llama_amx": "llama.cpp's AMX path: auto (default: off where the CPU reports AMX) | on | off",
+}
+
+
+def with_model_options(body):
+    """The task takes every model option as a flag (None: not given) and gets them as ``options={name: value}``."""
+    signature = inspect.signature(body)
+    own = [p for name, p in signature.parameters.items() if name != "options"]
+    options = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None) for name in MODEL_HELP]
+
+    @functools.wraps(body)
+    def task_body(c, *args, **kwargs):
+        chosen = {name: kwargs.pop(name, None) for name in MODEL_HELP}
+        return body(c, *args, options=chosen, **kwargs)
+
+    del task_body.__wrapped__  # invoke reads the signature below, not the body's
+    task_body.__signature__ = signature.replace(parameters=[*own, *options])
+    return task_body
+
+
+# The suite runs in two passes: most tests on two workers at once (pytest-xdist), then, one at a time, the tests
+# marked `serial` (a kill latency, a time bound, CPU figures: another test on the same cores could disturb them).
+WORKERS = 2
+# pytest's exit statuses after which the second pass still runs: passed, failed, nothing collected.
+GO_ON = (0, 1, 5)
+
+
+def suite_status(codes: list[int]) -> int:
+    """One status for the passes: the first failure; "nothing collected" (5) only when no pass collected any."""
+    ran = [code for code in codes if code != 5]
+    if not ran:
+        return 5
+    return next((code for code in ran if code), 0)
