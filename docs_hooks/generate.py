@@ -1,32 +1,9 @@
 """MkDocs hook: turn the break catalogue into Markdown fragments the pages include.
 
-Registered in ``mkdocs.yml`` under ``hooks:``.  Before every build
-(``on_pre_build``, so before any page is read by pymdownx.snippets, which has
-``check_paths: true``) it reads every ``breaks/<id>/break.toml`` with the
-catalogue's own parser (:meth:`miniagent.lab.catalogue.Break.load`, the one
-every ``invoke`` task uses) and writes,
-into ``build/generated/breaks/<id>/``:
-
-- ``title.{en,es}.md``   the page's H1
-- ``cause.{en,es}.md``   the hidden cause, one sentence
-- ``symptom.md``, ``symptom.es.md``  the ``[symptom]`` strings as a table
-- ``hints.{en,es}.md``   three collapsible hints, closed until opened
-- ``model.{en,es}.md``   the model that reproduces the break (real or stand-in, and why)
-- ``run.{en,es}.md``     the commands, and what ``invoke exp`` runs for this break
-- ``results.{en,es}.md`` the measured table of the break and its fixed twin (from ``docs_results/<id>.json``)
-- ``fix.patch``          ``break.patch`` reversed: the diff that restores the guard
-
-and ``build/generated/breaks/index.{en,es}.md``, the catalogue as a table.
-
-``build/`` is outside ``docs_dir``, so writing there never retriggers
-``mkdocs serve``.  Files are only rewritten when their content changes.
-
-The metadata stays the single source: nothing here is specific to one break.
-Every text a learner reads has an ``en`` and an ``es`` version in ``break.toml``
-(``title``, ``removes``, ``run.stand_in_why``, each ``symptom`` key,
-``hidden_cause``, ``hints``): a Spanish page never shows catalogue text in English.
-A missing Spanish text fails the build (``BreakError``: the break is not
-described, not half-described).
+Before every build it reads each ``breaks/<id>/break.toml`` (:meth:`miniagent.lab.catalogue.Break.load`),
+``break.patch`` and ``docs_results/<id>.json``, and writes under ``build/generated/breaks/``: each break's title,
+cause, symptom, hints, model, commands and measured results, in English and Spanish, its ``fix.patch``, and the
+catalogue's tables.  Why: docs/maintainers.md.
 """
 
 from __future__ import annotations
@@ -43,7 +20,7 @@ from miniagent.lab.words import LANGS, number, section, words
 
 log = logging.getLogger("mkdocs.hooks.generate")
 
-OUT = Path("build") / "generated" / "breaks"
+OUT = Path("build") / "generated" / "breaks"  # outside docs_dir: writing here never retriggers `mkdocs serve`
 
 # What the named stand-ins do (mirrors miniagent.models.scripted.BEHAVIOURS;
 # the English text is read from there when the package imports).
@@ -314,6 +291,7 @@ def _root(config: Any) -> Path:
     return Path(config["config_file_path"]).resolve().parent
 
 
+# Before any page is read: pymdownx.snippets has check_paths: true, so every fragment must exist by then.
 def on_pre_build(config: Any, **kwargs: Any) -> None:
     changed = generate(_root(config))
     if changed:

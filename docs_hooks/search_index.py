@@ -1,10 +1,6 @@
-"""MkDocs hook: search in the language being read.
-
-mkdocs-static-i18n gives material's search one index for both languages, and every page looks it up from the
-site's root, so a Spanish reader got English pages too. After the build the index is split: the root keeps the
-English entries, ``es/search/search_index.json`` gets the Spanish ones (their locations made relative to ``es/``),
-and each Spanish page's ``base`` points at ``es/``, where material's search fetches its index and resolves the
-results. Registered in ``mkdocs.yml`` under ``hooks:``.
+"""MkDocs hook: search in the language being read. mkdocs-static-i18n builds one index for both languages; after
+the build it is split, the English entries at the root and each other language's under its folder, and each of
+that language's pages is pointed at its own index. Registered in ``mkdocs.yml`` under ``hooks:``.
 """
 
 from __future__ import annotations

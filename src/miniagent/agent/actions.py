@@ -56,20 +56,16 @@ def schema_for_turn(first_turn: bool, may_answer: bool | None = None, final: boo
                     grounds: Grounds | None = None) -> dict:
     """The schema in force for this turn.
 
-    The tutor grounds every answer in the tool: it may answer only when its
-    latest observation is a successful tool result.  On the first turn there
-    is none, and after a tool error there is none either, so the ``answer``
-    branch is removed from the grammar itself (not checked after the fact).
-    Only the first turn may declare a plan.  The final round, after a limit,
-    is the opposite: the answer is the only branch left.  ``grounds`` narrows the arguments and the answer to
-    what the user's words decide (see :mod:`miniagent.agent.grounding`).
+    ``answer`` is offered only after a successful tool result (so never on the first turn), and alone in the
+    final round after a limit.  Only the first turn may declare a plan.  ``grounds`` narrows the arguments and
+    the answer to what the user's words decide (see :mod:`miniagent.agent.grounding`).
     """
     schema = copy.deepcopy(NEXT_ACTION_SCHEMA)
     if final:
         schema["anyOf"] = [b for b in schema["anyOf"] if "answer" in b["properties"]]
     else:
         may_answer = (not first_turn) if may_answer is None else may_answer
-        if not may_answer:
+        if not may_answer:  # answers rest on the tool: dropped from the grammar itself, not checked after the fact
             schema["anyOf"] = [b for b in schema["anyOf"] if "answer" not in b["properties"]]
         if not first_turn:
             del schema["anyOf"][0]["properties"]["steps"]

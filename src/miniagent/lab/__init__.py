@@ -1,9 +1,7 @@
 """The lab: what runs the agent and teaches with it.
 
-``session.py`` wires a model and the tools to the agent; ``evaluation.py`` scores it. ``catalogue.py`` reads the
-breaks (``breaks/*/break.toml``); ``patching.py`` applies them to the learner's tree or to a throwaway copy.
-``harness/`` runs the agent under a deadline and watches its process tree; ``learner/`` keeps a learner's
-progress and notebook. ``commands/`` is what a learner runs through ``invoke`` (the exercise loop, predictions,
-experiments); ``maintainers/`` what a maintainer runs (the breaks' check, the docs' results, mutation testing,
-the benchmarks). ``screen.py`` is the terminal both print to; ``words/`` every sentence a learner reads.
+The session and the eval; the break catalogue and its patches; ``harness/`` (a run under a deadline, its
+process tree watched); ``learner/`` (progress and notebook); ``commands/``, what a learner runs through
+``invoke``; ``maintainers/``, what a maintainer runs; ``screen.py``, the terminal both print to; ``words/``,
+every sentence a learner reads.
 """

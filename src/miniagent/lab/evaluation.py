@@ -1,21 +1,8 @@
 """Score the tutor on an eval set: JSON lines of {"question": ..., "accept": [...]} (or "decline": ..., below).
 
-``accept`` lists every answer that counts as right, subject included
-("she has seen"); a person that allows several subjects ("third person
-singular") lists one form per subject.  The scoring is strict, the way a
-user reads the answer: case, surrounding quotes, spaces and the final full
-stop do not matter, nor does a lead-in ending in a colon ("Past simple: she
-went"), but the rest must be exactly one accepted form.  "it will eat" for
-*I*, "you will have done" for a present perfect and "she went, he went" are
-all wrong.
-
-An item may also carry ``label``, the (verb, tense, person) its ``accept``
-list was generated from with the conjugation engine (``accepted_forms``);
-the scorer itself reads only ``accept``.
-
-A question outside the grammar lists instead, under ``decline``, the word its "no" must name ("dreaming" for
-the dreaming tense): it is right only when the run ends ``out_of_grammar`` naming that word. One that ends
-``answered`` stated a made-up form as an answer, and the report counts those apart.
+An answer must be exactly one accepted form, subject included, but for case, quotes, spacing, a final full stop
+or a lead-in ending in a colon.  A ``decline`` item is right when the run ends ``out_of_grammar`` naming that
+word.  Sets: docs/maintainers.md.
 """
 
 from __future__ import annotations
@@ -41,7 +28,7 @@ _FORMAT = '{"question": "...", "accept": ["she went", ...]} or {"question": "...
 class EvalItem:
     question: str
     accept: list[str]
-    label: dict = field(default_factory=dict)
+    label: dict = field(default_factory=dict)  # (verb, tense, person) ``accept`` was generated from; never scored
     decline: str = ""  # the word a "no" must name; then ``accept`` is empty
 
 
@@ -110,7 +97,7 @@ def _normalise(text: str) -> str:
 
 def is_correct(answer: str, accept: list[str]) -> bool:
     """Exactly one accepted answer, subject included; an optional lead-in ending in ':' is skipped."""
-    said = _normalise(answer)
+    said = _normalise(answer)  # strict, the way a user reads the answer
     if ":" in said:
         said = _normalise(said.rsplit(":", 1)[1])
     return said in {_normalise(form) for form in accept}

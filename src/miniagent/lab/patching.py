@@ -68,15 +68,9 @@ class ResetResult:
 def reset_in_tree(brk: Break, root: Path = ROOT, backups: Path | None = None) -> ResetResult:
     """Back to the intact source for this break only, whatever you did to its lines; other edits stay.
 
-    - Already intact for this break: nothing changes.
-    - The break is applied as it was: exactly ``invoke fix`` (the patch reversed).
-    - You edited the broken lines (a fix in progress): for each file the patch touches, a three-way
-      merge puts the intact lines back and keeps every other change you made to that file
-      (``git merge-file``: base = the broken file, yours = the file now, theirs = the intact file,
-      conflicts resolved to the intact side).  The intact and broken files come from the last commit
-      (``git show HEAD:path``) with the patch applied or reversed.  Each changed file is first copied
-      to ``backups/`` so nothing you wrote is lost, and the result is checked: if the break's lines
-      are still not intact, every file is put back as it was and the reset is refused.
+    Intact: nothing changes.  Applied as it was: ``invoke fix``.  Its lines edited: a three-way merge puts
+    the intact lines back, after a copy to ``backups/``; if they are still not intact, every file is put back
+    and the reset refused.  Why: docs/maintainers.md.
     """
     if _git_apply(root, brk.patch, "--check").returncode == 0:
         return ResetResult("intact")
@@ -94,6 +88,7 @@ def reset_in_tree(brk: Break, root: Path = ROOT, backups: Path | None = None) ->
                 path = Path(tmp) / name
                 path.write_bytes(data)
                 paths.append(str(path))
+            # base: the broken file; yours: the file now; theirs: the intact file, which wins every conflict
             result = subprocess.run(["git", "merge-file", "-p", "--theirs", *paths], capture_output=True)
             if result.returncode < 0 or result.returncode > 127:
                 raise BreakError(f"git merge-file failed on {rel}: {result.stderr.decode(errors='replace')}")

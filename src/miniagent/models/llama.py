@@ -1,15 +1,8 @@
 """The default backend: a local GGUF model (Gemma 3 270M base) via llama.cpp.
 
-Two decoding modes, both driven by ``NEXT_ACTION_SCHEMA``:
-
-* ``greedy``: the whole action is decoded greedily under the GBNF grammar
-  that llama.cpp generates from the turn's JSON schema.  The mask makes any
-  output a valid action, but a 270M base model then picks tense and person
-  poorly (it leans towards "past" and "you").
-* ``scored`` (default): the same schema is walked field by field
-  (:class:`~miniagent.models.scored.ScoredDecoder`); each enum is decided by
-  scoring every allowed option in one batched decode of the model in this
-  process (:class:`~miniagent.models.llama_runtime.KVRuntime`).
+Two decoding modes over the turn's schema: ``greedy``, the whole action under the GBNF grammar llama.cpp makes
+of it, and ``scored`` (default), the :class:`~miniagent.models.scored.ScoredDecoder` walk over the model in
+this process (:class:`~miniagent.models.llama_runtime.KVRuntime`).
 """
 
 from __future__ import annotations
@@ -27,6 +20,8 @@ from .settings import DECODE_MODES, check_choice
 
 
 class LlamaBackend:
+    # Scored by default: greedy output under the grammar is always a valid action, but a 270M base model then
+    # picks tense and person poorly (it leans towards "past" and "you").
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 2048, n_threads: int = 2,
                  max_action_tokens: int = 48, decode: str = "scored",
                  cache_dir: str | os.PathLike | None = None, amx: AmxChoice | None = None,

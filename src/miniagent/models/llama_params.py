@@ -1,15 +1,8 @@
 """What llama.cpp is asked to load: the model's and the context's parameters, and whether the AMX path is on.
 
-The AMX path.  llama.cpp compiled on a CPU with Intel AMX (``amx_tile amx_int8`` in /proc/cpuinfo:
-Sapphire Rapids and later Xeons, the usual cloud x86 machine) moves the weights into an "extra"
-buffer type and multiplies them with AMX tiles.  With this model that multiplication dies of
-SIGSEGV in ``ggml_backend_amx_mul_mat`` before the first turn (ggml-org/llama.cpp#20824, open,
-machine-dependent, Q4_K_M).  llama.cpp's model parameter ``use_extra_bufts = false`` leaves the extra
-buffer types out: the AMX buffer, and the weight repacking that other CPUs get from the same list.
-
-Measured (lab 02): repacking moves 27 of this model's tensors (12.7 of 248 MiB) and its prefill and
-decode speeds are the same with and without it, so ``auto`` turns the extra buffer types off only
-where the CPU reports AMX and keeps them everywhere else.  ``on`` and ``off`` force the choice.
+The AMX path is llama.cpp's extra buffer types (the AMX buffer, and weight repacking on other CPUs); its AMX
+kernel crashes with this model (:data:`UPSTREAM_REPORT`).  ``auto`` leaves them out only where the CPU
+reports AMX; ``on`` and ``off`` force the choice.
 """
 
 from __future__ import annotations
@@ -21,6 +14,7 @@ from pathlib import Path
 
 from .settings import AMX_CHOICES, check_choice
 
+# With this model llama.cpp dies of SIGSEGV in ggml_backend_amx_mul_mat before the first turn (open upstream).
 UPSTREAM_REPORT = "ggml-org/llama.cpp#20824"
 CPUINFO = Path("/proc/cpuinfo")
 
@@ -69,6 +63,8 @@ def choose_amx(setting: str = "auto", cpuinfo: Path | None = None) -> AmxChoice:
         return AmxChoice(True, "forced by llama_amx = on")
     if setting == "off":
         return AmxChoice(False, "forced by llama_amx = off")
+    # Off only where AMX is: repacking (27 tensors, 12.7 of 248 MiB) left prefill and decode speed unchanged
+    # (measured in lab 02), so other CPUs keep it.
     if cpu_reports_amx(cpuinfo):
         return AmxChoice(False, f"auto: this CPU reports AMX, and llama.cpp's AMX kernel crashes, {UPSTREAM_REPORT}")
     return AmxChoice(True, "auto: no AMX on this CPU, nothing to leave out")
@@ -81,7 +77,7 @@ def model_params(amx: AmxChoice):
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = 0
     params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP
-    params.use_extra_bufts = amx.enabled
+    params.use_extra_bufts = amx.enabled  # false leaves out the AMX buffer, and the repacking with it
     return params
 
 

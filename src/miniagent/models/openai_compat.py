@@ -177,15 +177,9 @@ class ServerRuntime:
                       max_tokens: int) -> Decoded:
         """``KVRuntime.decode_masked`` by the server: greedy text up to the closing quote, checked token by token.
 
-        While the server's greedy tokens are ones the mask allows, its text is the local backend's. At a
-        token the mask refuses, that one token is chosen from the server's top log-probabilities among
-        those the mask allows (the local backend's argmax over the mask), and the server goes on from there.
-
-        Where the server stopped at a quote, the string is not taken as ended: the token that held the
-        quote is often '",' or '"}' (the model writes the rest of the JSON with it), which the local
-        backend's mask refuses, since only the quote alone ends a string there.  Taking the server's stop
-        as the end wrote "clim" where the local backend wrote "climbed" (heldout, "climb for she"), so
-        the end is decided like any refused token: the quote alone against the tokens the mask allows.
+        While the server's tokens are ones the mask allows, its text is the local backend's.  Where the mask
+        refuses one, or the server stopped, the next token is the likeliest the mask allows among the server's top
+        log-probabilities, as the local backend's argmax would.
         """
         self.sync(prompt)
         out: list[int] = []
@@ -200,6 +194,8 @@ class ServerRuntime:
             out += got[:good]
             if good == len(got) and got and (finish == "length" or len(out) >= max_tokens):
                 return Decoded(self.vocab.detokenize(out), out, False)
+            # A stop at the quote is no end: its token is often '",' or '"}', which the local mask refuses; taken
+            # as the end, it wrote "clim" where the local backend wrote "climbed" (heldout, "climb for she").
             top = self._top(prompt + out)  # a refused token, or a stop whose token we cannot see
             choices = []
             for piece, value in top.items():

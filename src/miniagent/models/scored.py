@@ -1,17 +1,8 @@
 """Scored decoding: the turn's action schema walked field by field, over any runtime that can score.
 
-Literal parts are emitted, free strings (verb, answer) are decoded greedily under a token mask, and each enum
-(tense, person, plan steps, the branch) is decided by scoring every allowed option by log-probability; tense
-and person subtract part of the option's log-probability after a content-free question (calibration), which
-damps a small base model's prior.
-
-Each option is scored together with the token that closes it in the examples (``",`` or ``"}``, single tokens
-for Gemma's tokenizer): scoring a bare ``"`` instead asks the model for a token it never saw there, which skews
-the choice between "past perfect" and "past perfect continuous".
-
-The walk is the same whoever evaluates the model: llama.cpp in this process (``KVRuntime``, one batched decode
-per choice) or a class's model server (``ServerRuntime``, the server's top log-probabilities). A backend holds
-one :class:`ScoredDecoder` over its runtime; only the runtime differs.
+Literal parts are emitted, free strings (verb, answer) decoded greedily under a token mask, each enum decided
+by its options' log-probabilities (calibrated for tense and person).  The local backend (``KVRuntime``) and a
+class's model server (``ServerRuntime``) share one :class:`ScoredDecoder`; only the runtime differs.
 """
 
 from __future__ import annotations
@@ -164,6 +155,8 @@ class ScoredDecoder:
         if len(options) == 1:  # grounding left one option: nothing to weigh
             return options[0] + ('"' if quoted else "")
         scores = self.rt.score(self.tokens(prefix), [self.vocab.tokenize(o + close) for o in options])
+        # Calibration: part of each option's log-probability after a content-free question is taken off,
+        # which damps a small base model's prior.
         if CALIBRATION.get(field):
             scores = scores - CALIBRATION[field] * self._prior(field, prefix, options, close)
         return options[int(np.argmax(scores))] + ('"' if quoted else "")

@@ -1,11 +1,9 @@
 """One OpenAI-compatible model server, through the official ``openai`` client: every request bounded by the
 run's clock, every failure a typed one.
 
-The client's own retries would start each attempt with the full timeout again and outlive the run's clock, so
-the client is built with ``max_retries=0`` and :class:`ModelServerClient` retries by itself: only when the server could
-not be reached or said it is busy (429, 502, 503, 504), only ``max_retries`` times, and only while the run has
-time left.  Whatever else goes wrong on the server's side is ``ModelFailed``, with a message that names the model
-server; no reply, however malformed, becomes a traceback.
+:class:`ModelServerClient` retries by itself, only when the server was unreachable or busy and the run has
+time left.  Anything else is ``ModelFailed``, with a message that names the model server; no reply, however
+malformed, becomes a traceback.
 """
 
 from __future__ import annotations
@@ -58,6 +56,7 @@ class ModelServerClient:
         # server gives each its own slot of the cache); a random name, nothing about the learner.
         self.user = f"miniagent-{uuid.uuid4().hex[:12]}"
         # A local server needs no key; a hosted one reads it from OPENAI_API_KEY, never from a config file.
+        # No retries of the client's own: each would start with the full timeout again, past the run's clock.
         self.client = openai.OpenAI(base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY") or "none",
                                     max_retries=0)
 

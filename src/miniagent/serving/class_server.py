@@ -1,15 +1,10 @@
-"""The lab's class server: one model for a class, behind the part of the OpenAI API the ``openai`` backend uses.
+"""The lab's class server: one model for a class, behind the part of the OpenAI API scored decoding uses.
 
     python -m miniagent.serving.class_server [--host 0.0.0.0] [--port 8000] [--slots 16] [--n-ctx 16384]
                                             [--n-threads N] [--model PATH] [--llama-amx auto|on|off]
 
-It answers ``GET /v1/models`` and ``POST /v1/completions`` (raw text in, greedy text out, ``stop``,
-``max_tokens``, ``logprobs`` up to 20, streamed or not): what scored decoding asks of any server.  It has no chat
-endpoint, so ``decode = "greedy"`` needs another server (llama-cpp-python's).  Why a server of the lab's own:
-llama-cpp-python's sorts the whole vocabulary in Python for every request that asks for log-probabilities
-(about 0.35 s), keeps one prompt cache for the whole class, and a scored turn asks about ten times; this one
-keeps a slot per learner and takes the top 20 with numpy (:mod:`.slots`).  Requests are answered one at a
-time.  HTTP is Starlette's, served by uvicorn (both come with ``llama-cpp-python[server]``).
+A slot per learner (:mod:`.slots`), one request at a time.  No chat endpoint: ``decode = "greedy"`` needs
+llama-cpp-python's server.
 """
 
 from __future__ import annotations
@@ -49,11 +44,12 @@ def build_app(slots, *, model_id: str = MODEL_ID, on_exit=None):
     after ``uvicorn.run`` would not run)."""
     import contextlib
 
+    # Starlette and uvicorn come with llama-cpp-python[server]: no dependency of this server's own.
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, StreamingResponse
     from starlette.routing import Route
 
-    lock = threading.Lock()
+    lock = threading.Lock()  # one request at a time: on a CPU one request already keeps every core busy
 
     def error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
         return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)

@@ -1,18 +1,8 @@
 """llama.cpp for a class: one model, one KV cache, a slot (a llama.cpp sequence) for each learner's prompt.
 
-What a class server spends its time on, and how this avoids it:
-
-* **Evaluating a prompt again.**  A learner's requests come in runs: the scored walk asks about ten times per
-  turn, each prompt the previous one plus or minus a few tokens.  With one cache, every other learner's request
-  in between throws that learner's part of the prompt away.  Here each prompt goes to the slot that already
-  holds the longest part of it; a prompt that shares only the few-shot header with every slot takes the slot
-  used longest ago, and the header's KV cells are *shared* with it (``llama_memory_seq_cp``: no copy, no
-  evaluation), so the header is evaluated once for the whole class.
-* **Log-probabilities over the whole vocabulary in Python.**  The top ``k`` of 262,144 come from one numpy
-  ``argpartition`` (a few milliseconds), not from sorting the vocabulary.
-
-The numbers are llama.cpp's, as in the local backend (:class:`.llama_runtime.KVRuntime`).  The requests are
-taken one at a time (the caller holds a lock): on a CPU the model already uses every core for one request.
+A prompt goes to the slot holding most of it: only what no slot holds is evaluated, the few-shot header once
+for the whole class.  The numbers are llama.cpp's, as in :class:`.llama_runtime.KVRuntime`; one request at a
+time (the caller holds a lock).
 """
 
 from __future__ import annotations
@@ -88,6 +78,7 @@ class Slots:
         if common[best] <= common[target]:
             return target, common[target]
         self._clear(target)
+        # Shared, not copied or evaluated again: the header's cells serve every learner's slot.
         self._lib.llama_memory_seq_cp(self.memory, best, target, 0, common[best])
         self.held[target] = list(prompt[:common[best]])
         self.shared += common[best]
@@ -153,6 +144,7 @@ class Slots:
 
     def _top(self, logprobs: np.ndarray, k: int) -> dict[str, float]:
         k = max(1, min(k, logprobs.size))
+        # One argpartition, not a sort of the whole vocabulary (262,144 tokens) for every request.
         best = np.argpartition(-logprobs, k - 1)[:k]
         out: dict[str, float] = {}
         for token in best[np.argsort(-logprobs[best], kind="stable")]:

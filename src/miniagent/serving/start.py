@@ -1,12 +1,8 @@
 """A shared model server, started as a teacher starts it, with its defaults: the lab's class server or
 llama-cpp-python's.
 
-``model_server()`` starts ``python -m miniagent.serving.class_server --model PATH`` (or
-``miniagent.serving.llama_cpp_server``: llama-cpp-python's server, with llama.cpp's AMX path left out where the
-CPU reports AMX) on loopback, waits until
-the server *answers a completion* (an open port is not enough: the model loads after the socket
-opens, and the first request on a cold server evaluates the whole prompt), yields its base URL,
-and always stops its whole process group and reaps the server, whatever happened inside the block.
+:func:`model_server` starts one on loopback, yields its base URL once it answers a completion, and always
+stops its whole process group and reaps it, whatever happened inside the block.
 """
 
 from __future__ import annotations
@@ -46,6 +42,8 @@ def wait_until_it_answers(base_url: str, process: subprocess.Popen | None = None
             if process is not None and process.poll() is not None:
                 raise ServerNotReady(f"the model server exited during start-up (exit code {process.returncode})")
             try:
+                # A completion, not an open port: the model loads after the socket opens, and the first request
+                # on a cold server evaluates the whole prompt.
                 server.complete("Hello", 1, [], min(deadline, time.monotonic() + 10))
                 return time.monotonic() - started
             except (ModelFailed, ModelTimeout) as err:  # not listening yet, or still loading

@@ -1,18 +1,8 @@
 """English verb conjugation: 12 tenses x 6 persons, on the forms of a verb lexicon.
 
-The tutor's tool calls land here, so every input is treated as untrusted:
-tense, person and verb are validated and normalised first, and every error is
-a ``ConjugationError`` whose message tells the caller (often a small model)
-what *would* have been accepted, so it can correct itself on the next turn.
-
-Every tense is built from five stems -- base, he/she/it form, past, past participle, -ing form -- plus
-auxiliaries; :mod:`miniagent.tools.lexicon` finds the stems (lemminflect's verb lexicon and the engine's
-few decisions on top of it).
-
-Phrasal verbs inflect their first word and keep the particles (give up ->
-has given up); hyphenated verbs the lexicon lacks inflect their last part
-(dry-clean -> dry-cleaned).  A word that is not a verb's base form gets an
-error that says what it is instead: "'went' is the past of 'go'".
+The tutor's tool calls land here, so every input is untrusted: tense, person and verb are validated and
+normalised first, and every error is a ``ConjugationError`` that says what would have been accepted.  The
+stems come from :mod:`miniagent.tools.lexicon`.
 """
 
 from __future__ import annotations
@@ -54,6 +44,7 @@ MAX_VERB_LEN = 30
 _MAX_RAW_LEN = 64
 
 
+# The caller is often a small model: a message that names what is accepted lets it correct itself next turn.
 class ConjugationError(ValueError):
     """Bad verb, tense or person. The message says what is accepted instead."""
 

@@ -1,23 +1,8 @@
 """The stems of an English verb: lemminflect's lexicon and the engine's own decisions on top of it.
 
-Every tense is built from five stems -- base, he/she/it form, past, past
-participle, -ing form -- plus auxiliaries.  The stems come from lemminflect's
-verb lexicon (about 6,700 verbs, shipped with the package, read offline); no
-suffix rule is written here.  On top of the lexicon the engine decides four
-things, each one tested:
-
-* spelled like the input: of the spellings the lexicon lists, the first one
-  written like the verb given, hyphens and first letter included (re-read ->
-  re-read, overeat -> overate, jell -> jelled);
-* a regular verb has one past form: when the lexicon's first past is a
-  regular -ed form and its participle is also one of its pasts, the
-  participle is that first past (spelled, has spelled: not "has spelt");
-* ``data/chosen_forms.tsv``: the few forms where the lexicon's first choice is
-  a typo or not the form a learner expects (lain, lit, programmed), each with
-  its reason;
-* verbs the lexicon lacks: ``data/extra_verbs.tsv`` (text, dare), inflected by
-  lemminflect's rules for unknown words, and prefixed verbs (mishear,
-  oversupply), which inflect like the verb after the prefix.
+Every tense is built from five stems (base, he/she/it form, past, past participle, -ing form), taken from
+lemminflect's verb lexicon, read offline.  The engine adds a few tested choices: the spelling, a regular
+verb's participle, ``data/chosen_forms.tsv`` and verbs the lexicon lacks.
 """
 
 from __future__ import annotations
@@ -121,6 +106,7 @@ def _lexicon_stems(word: str) -> dict[str, str] | None:
     # has spelled); irregular ones keep their own participle (showed, has shown).
     if stems["past"] in _regular_pasts(word) and stems["participle"] in spellings["past"]:
         stems["participle"] = stems["past"]
+    # Where the lexicon's first form is a typo or not the one a learner expects (lain, lit, programmed).
     stems.update(_chosen_forms().get(word, {}))
     return stems
 

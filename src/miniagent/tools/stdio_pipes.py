@@ -1,16 +1,8 @@
 """The MCP server as a child process, and an MCP session's streams over its pipes (the stdio transport).
 
-Why not the SDK's ``stdio_client``: it spawns the server itself, so the server cannot start before the
-client has imported the SDK (about 0.6 s), and the server then imports the SDK in turn (0.6 s more), one
-after the other.  Spawned here first, with nothing but :mod:`subprocess`, the server imports the SDK on one
-core while the client imports it on the other: on the maintainers' 2-core machine a run's start-up
-was 0.4 s shorter (2.47 s to the answer, then 2.08 s; median of 5 whole processes, idle).
-The messages are still the SDK's: :class:`mcp.client.session.ClientSession` reads and writes
-``SessionMessage`` objects, and each travels as one line of JSON-RPC, as the MCP stdio transport says.
-
-Like the SDK's client, the child gets only a few safe environment variables (plus the ones the caller
-passes), starts in its own session and process group, so that a Ctrl-C in the terminal does not reach it
-and the client decides when it stops (and reaps it: ``MCPClient._disconnect``).
+The server is spawned with :mod:`subprocess` alone, before the client imports the SDK, so the two imports
+run side by side.  The messages are still the SDK's (``SessionMessage``), one line of JSON-RPC each, for
+:class:`mcp.client.session.ClientSession`.
 """
 
 from __future__ import annotations
@@ -47,6 +39,8 @@ def inheritable_stderr() -> IO[str]:
 def spawn(command: list[str], env: dict[str, str], errlog: IO[str]) -> subprocess.Popen[bytes]:
     """Start the server with pipes on stdin and stdout, in its own process group."""
     base = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ and not os.environ[k].startswith("()")}
+    # A session of its own: a Ctrl-C in the terminal does not reach it; the client stops and reaps it
+    # (MCPClient._disconnect).
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog,
                             env=base | env, start_new_session=True)
 

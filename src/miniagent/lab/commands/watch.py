@@ -1,12 +1,7 @@
 """``invoke watch VARIANT``: re-run a break's guard tests every time you save a file under ``src/``.
 
-One line per run, green or red at a glance, with the failing tests named.  The tests run in a child
-process (pytest), so a broken edit (a syntax error, an endless loop caught by the test timeout) can
-never take the watcher down.  Ctrl-C ends it cleanly: the file watcher is stopped, a test run in
-progress is ended, and the exit status is 0.
-
-Run it directly as ``python -m miniagent.lab.commands.watch VARIANT [--root DIR]``; ``--max-runs N`` stops
-after N test runs (the tests of this module use it, with a short-lived watcher).
+One line per run, green or red at a glance, with the failing tests named; Ctrl-C ends it with exit status 0.
+Run it directly as ``python -m miniagent.lab.commands.watch VARIANT [--root DIR] [--max-runs N]``.
 """
 
 from __future__ import annotations
@@ -68,6 +63,7 @@ def saved_file(event) -> str | None:
 
 def run_tests(tests: list[str], root: Path) -> tuple[bool, str, list[str]]:
     """(green, pytest's summary line, failing test ids)."""
+    # a child process: a broken edit (a syntax error, an endless loop the test timeout ends) cannot end the watcher
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout",
                              str(TEST_TIMEOUT_S), *tests], cwd=root, capture_output=True, text=True, env=env)
@@ -121,7 +117,7 @@ def watch(variant: str, root: Path = ROOT, *, lang: str = "en", max_runs: int | 
             time.sleep(0.1)
             name = changes.settled(DEBOUNCE_S)
             reason = t["saved"].format(name=name) if name else None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C ends a test run in progress too; then the file watcher is stopped
         console.print(t["stopped"])
         return 0
     finally:

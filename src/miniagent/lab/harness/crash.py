@@ -1,10 +1,7 @@
 """A run that died of a signal: named as such, never taken for a slow or busy machine.
 
-A process killed by a signal has a negative return code in Python (``-11``: SIGSEGV).  When
-nobody in the lab sent that signal, the agent crashed: running it again on a quieter machine
-will not help, and the report says so, with the signal's name, how far the loop got, the last
-lines the agent wrote to stderr and the next step.  One module owns that text, in English and
-Spanish, for the harness's report, the notebook, the tour, the maintainer check and ``invoke``.
+A negative return code (``-11``: SIGSEGV) that nobody in the lab sent means the agent crashed.  The report, in
+English or Spanish, names the signal, how far the loop got, the agent's last stderr lines and the next step.
 """
 
 from __future__ import annotations
@@ -16,6 +13,8 @@ from ..words import section
 LAB_02 = "docs/labs/02-mcp-server.md"
 STDERR_SHOWN = 6  # lines of the agent's stderr a crash report quotes
 
+# One text for the harness's report, the notebook, the tour, the maintainer check and `invoke`; it never blames
+# the machine for a crash: running it again on a quieter one will not help.
 TEXT = section("crash")
 WHAT = section("crash_what")  # what each deadly signal means, by language
 

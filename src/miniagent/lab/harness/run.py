@@ -72,37 +72,27 @@ def run_experiment(
     *,
     timeout: float,
     trace_path: Path,
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,  # adds to (and overrides) the harness's own environment
     cwd: Path | None = None,
     live: bool = True,
     sample_interval: float = 0.2,
-    grace: float = 0.3,
-    settle: float = SETTLE,
+    grace: float = 0.3,  # seconds from SIGTERM to SIGKILL
+    settle: float = SETTLE,  # how long the tree may outlive the agent before it is left behind, and killed
     force_live: bool = False,
     clock: str = "launch",
     needs: dict[str, int] | None = None,
     hard_cap: float | None = None,
 ) -> RunRecord:
-    """Run ``command`` for ``timeout`` seconds (see ``clock`` and ``needs``); return what happened.
+    """Run ``command`` for ``timeout`` seconds and return what happened.
 
-    ``env`` adds to (and overrides) the harness's own environment.  The trace
-    file is removed first: the agent appends, and old events would mix in.
-    A miniagent command without ``--trace``/``--json`` gets them appended.
-    ``grace``: SIGTERM -> SIGKILL.  ``settle``: once the agent is gone, how
-    long the rest of the tree may take to exit by itself before it counts as
-    left behind (``processes_left``) and is killed.
-    ``clock``: "launch" counts the timeout from the start of the process,
-    "loop" from the first trace event (a run that never gets there is ended
-    by the hard cap).  ``needs``: counters of the trace (turns, tool_calls,
-    tool_errors) the run must reach before the timeout may end it.
-    ``hard_cap``: seconds after launch nothing runs beyond (default: the
-    timeout itself, or max(60, 3 x timeout) with clock="loop" or needs).
-    Ctrl-C during the run kills the tree like a timeout and returns a record
-    whose outcome is ``"interrupted"``; the caller decides whether to stop.
+    ``clock``, ``needs`` and ``hard_cap`` decide when the run may be ended (:class:`.deadline.Deadline`).  A
+    miniagent command without ``--trace``/``--json`` gets them.  Ctrl-C kills the tree like a timeout and
+    returns a record whose outcome is ``"interrupted"``; the caller decides whether to stop.  The steps, and
+    why: docs/maintainers.md.
     """
     trace_path = Path(trace_path)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
-    trace_path.unlink(missing_ok=True)
+    trace_path.unlink(missing_ok=True)  # the agent appends: old events would mix in
     command = _with_trace_flags(command, trace_path)
     record = RunRecord(command=command, timeout=timeout, trace_path=str(trace_path),
                        started_at=datetime.now().isoformat(timespec="seconds"), clock=clock,

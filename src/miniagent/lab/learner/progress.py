@@ -1,19 +1,8 @@
 """What the lab remembers about a learner: language, hints seen, breaks broken and fixed, runs scored.
 
-The state is one small JSON file beside the learner's notebook, ``learners/NAME/progress.json``.
-The notebook stays the record of predictions and observations (the learner writes it); this file
-holds only what the lab itself counts.  Three rules:
-
-- **It survives every command.**  Writes are atomic (a temporary file, then a rename), and every
-  command that writes re-reads the file first, so two commands never undo each other's counts.
-- **A bad file is never overwritten.**  If the file cannot be read (hand-edited into invalid JSON, a
-  field of the wrong type, a newer version), every command that needs it stops with a clear error
-  naming the file and the problem, and writes nothing: the learner decides what to do with it.
-- **Nothing is invented.**  Whether a break was predicted is read from the notebook; whether it is
-  applied right now is read from ``src/``.  The file holds what cannot be read back from elsewhere.
-
-The learner who ran a command last is remembered (machine-local, ``.miniagent/learner``, git-ignored),
-so ``--learner`` is needed once, not on every command.
+One small JSON file beside the notebook, ``learners/NAME/progress.json``, holds only what the lab counts and
+cannot read back from elsewhere.  It survives every command, and a file it cannot read is never overwritten.
+The last learner named is remembered in ``.miniagent/learner``.  Why: docs/maintainers.md.
 """
 
 from __future__ import annotations
@@ -114,11 +103,12 @@ def update(root: Path, learner: str, change: Callable[[dict], Any]) -> Any:
 
     A bad file raises StateError before anything is written.
     """
-    state = load(root, learner)
+    state = load(root, learner)  # read again before every write: two commands never undo each other's counts
     result = change(state)
     path = state_path(root, learner)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(state, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+    # a temporary file, then a rename: an interrupted write leaves the old file whole
     fd, tmp = tempfile.mkstemp(prefix=".progress-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -139,7 +129,7 @@ def break_state(state: dict, break_id: str) -> dict:
 # --------------------------------------------------------------------------
 
 def remember_learner(root: Path, learner: str) -> None:
-    path = root / CURRENT_LEARNER
+    path = root / CURRENT_LEARNER  # machine-local and git-ignored: --learner is needed once, not on every command
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(learner + "\n", encoding="utf-8")
 

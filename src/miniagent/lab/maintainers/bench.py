@@ -1,9 +1,8 @@
 """``invoke bench``: speed figures of the real model and the real loop; prints, asserts nothing.
 
-(a) turn latency over pure decode of as many tokens; (b) prompt tokens evaluated per turn against the
-scratchpad's length (flat: the KV cache is reused); (c) whole processes, start -> answer and start -> the capped
-path's fallback, idle and with one core busy, per AMX setting; (d) the eval set's time; (e) killed runs in a row
-and what they left behind; (f) the conjugation server's start-up: to the handshake, and to its first answer.
+(a) turn latency over pure decode; (b) prompt tokens per turn (flat: the KV cache is reused); (c) whole
+processes, to the answer and the fallback, idle and busy; (d) the eval set's time; (e) killed runs in a row;
+(f) the MCP server's start-up.
 """
 from __future__ import annotations
 

@@ -38,17 +38,14 @@ def check_breaks(*, use_ci_models: bool = True, only: str | None = None, under_l
                  lines: bool = False, root: Path = ROOT) -> int:
     """Maintainer check: every break applies, is caught by its guard tests, shows its symptom, reverts exactly.
 
-    First, every test a break names must exist and pass on the intact source; then each break must make its
-    guard tests, and separately its property tests, *fail* (pytest exit 1). Any other exit status is a
-    problem of the check itself, reported as such (see :func:`judge_pytest`).
-    ``under_load``: another process keeps one core busy for the whole check (started here, always
-    reaped here), and each run must still show its symptom, and its record must say the machine was busy.
-    ``lines``: also every partial fix of each break (one removed line or term left out) must fail its guard
-    tests (:mod:`.partial_fixes`).
+    The tests a break names must pass on the intact source, then fail with it applied, guard and property
+    tests apart (pytest exit 1: :func:`judge_pytest`).  ``under_load``: one core kept busy, and each record
+    must say so.  ``lines``: every partial fix must fail too (:mod:`.partial_fixes`).
     """
     failures: list[str] = []
     original = source_digest(root / "src")
     selected = [find(only, root)] if only is not None else catalogue(root)  # "" or an unknown name: refused
+    # under load, the spinner is started here and always reaped here; each run must still show its symptom
     with (busy_core() if under_load else contextlib.nullcontext()):
         intact = _named_tests_on_intact_source(selected, root)
         started = time.monotonic()

@@ -1,15 +1,8 @@
 """A class at once: N learners run the public eval together against one model server.
 
-Each learner is its own process, as on its own laptop: its own tutor session (its own MCP
-conjugation server), the ``openai`` backend pointed at the shared server.  The learners set up
-first (start-up is not measured); then all of them start on the same signal.  On 2 cores the
-server answers one request at a time, so the class splits the eval instead of repeating it:
-learner *i* of *N* takes questions *i*, *i + N*, *i + 2N*... and each level asks every question
-of the set once (``questions_each`` instead gives every learner that many questions).
-
-Per level: the wall time from the signal to the last answer, throughput (questions per minute),
-the latency of each model turn and of each run (p50/p95), how the runs ended (an answer, or which
-guard), strict accuracy, and the HTTP requests the server answered.
+Each learner is its own process and tutor session, set up first, then started on one signal.  Per class size:
+wall time, throughput, turn and run latency (p50/p95), how runs ended, strict accuracy, server requests.  More:
+docs/classroom.md.
 """
 
 from __future__ import annotations
@@ -45,6 +38,7 @@ class ClassFailed(RuntimeError):
 
 def assign(n_items: int, learners: int, questions_each: int | None = None) -> list[list[int]]:
     """The question indices of each learner: the set split round-robin, or ``questions_each`` apiece."""
+    # split, not repeated: on 2 cores the server answers one request at a time, and each question is asked once
     if questions_each is None:
         return [list(range(i, n_items, learners)) for i in range(learners)]
     return [[(i * questions_each + k) % n_items for k in range(questions_each)] for i in range(learners)]

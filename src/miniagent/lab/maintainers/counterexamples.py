@@ -1,11 +1,8 @@
 """The smallest world that breaks each guard: hypothesis's shrunk counterexample, per break, for the docs.
 
-For every break, ``find`` copies ``src/`` and ``tests/`` to a sandbox, applies the break there (as ``exp``
-and ``check-breaks`` do), runs the property tests that the break's ``[check] tests`` name, and reads back,
-for each property that fails, the world hypothesis shrank it to.  The property tests print that world in
-words (``counterexample-json: {"en": ..., "es": ...}``, a hypothesis note), so nothing here knows any
-particular break or property.  ``write`` turns it into ``docs_results/<id>-counterexample.md`` (English)
-and ``.es.md`` (Spanish), which the break pages include.
+:func:`find` runs a break's property tests against a sandbox with the break applied and reads back each failing
+property's shrunk world; :func:`write` turns it into ``docs_results/<id>-counterexample.md`` and ``.es.md``,
+which the break pages include.
 """
 
 from __future__ import annotations
@@ -27,6 +24,7 @@ from ..patching import make_sandbox
 from ..words import section
 from .. import screen
 
+# The property tests print their world in words (a hypothesis note): nothing here knows a break or a property.
 NOTE = re.compile(r"counterexample-json: (\{.*\})\s*$")
 SECTION = re.compile(r"^_+ (test_\w+)(?:\[.*\])? _+$")
 PROPERTY_FILES = re.compile(r"tests/(?:\w+/)*test_properties\w*\.py")

@@ -202,15 +202,11 @@ def run(root: Path = ROOT, max_children: int = 2, wing: str = "agent") -> dict:
 
 
 def reap_leftovers(work: Path) -> list[str]:
-    """Kill what the run's tests left running, and say what it was.
-
-    mutmut kills a test that outlives its timeout with SIGKILL, which gives the test no chance to stop what it
-    started: a wedged MCP server (the hang fault) then outlives the run, an orphan. A process a test starts
-    inherits the run's PYTHONPATH, which names the sandbox, or, where the lab gives it another (the agent of
-    an experiment runs its own copy's src/), :data:`RUN_MARK`; and what those started (an agent's MCP server
-    gets a few safe variables only) is theirs."""
+    """Kill what the run's tests left running, and say what it was: every process whose PYTHONPATH names the
+    sandbox or whose :data:`RUN_MARK` is this run, and all they started."""
     import psutil
 
+    # mutmut SIGKILLs a test past its timeout, so the test cannot stop what it started (a wedged MCP server)
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
@@ -220,7 +216,7 @@ def reap_leftovers(work: Path) -> list[str]:
                 found.append(proc)
         except psutil.Error:  # gone meanwhile, or not ours to read
             continue
-    for proc in list(found):
+    for proc in list(found):  # what those started is theirs: an agent's MCP server gets a few safe variables only
         with contextlib.suppress(psutil.Error):
             found += [child for child in proc.children(recursive=True) if child not in found]
     names = [_named(proc) for proc in found]
@@ -246,14 +242,11 @@ def names_sandbox(pythonpath: str, work: Path) -> bool:
 
 
 def import_path(work: Path) -> str:
-    """PYTHONPATH for mutmut and every process its tests start: mutmut's copy first.
-
-    A test's subprocess (the agent, the MCP server) then imports the copy and runs the same mutant. The folders
-    are made *before* mutmut starts: a PYTHONPATH entry that does not exist yet when an interpreter starts is
-    cached as "nothing here" (``sys.path_importer_cache``) and skipped for good, so mutmut's own process
-    imported the package from the editable install, the checkout's src/, and a test's learner task applied a
-    break to the checkout instead of the copy (seen on the cli wing)."""
+    """PYTHONPATH for mutmut and every process its tests start: mutmut's copy first, so that a test's
+    subprocess (the agent, the MCP server) imports the copy and runs the same mutant."""
     entries = [work / "mutants" / "src", work / "mutants"]
+    # Made first: an entry missing when an interpreter starts is skipped for good (sys.path_importer_cache); on
+    # the cli wing mutmut then imported the checkout's src/, and a test's learner task applied a break to it.
     for entry in entries:
         entry.mkdir(parents=True, exist_ok=True)
     return os.pathsep.join(map(str, entries))

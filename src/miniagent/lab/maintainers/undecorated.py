@@ -1,18 +1,13 @@
 """Decorated functions written out as plain ones, in mutmut's copy only, so that ``invoke mutants`` mutates them.
 
-mutmut 3 leaves every decorated function alone, except under ``@staticmethod`` or ``@classmethod``: it sets up
-its trampoline by copying the function, which a decorator with side effects, or ``@property``, would break.
-Here that was every task of ``tasks.py``, the context managers, the cached lexicon and the properties, and
-nothing said so. In the sandbox each becomes the same function, undecorated, followed by its decorators
-applied by hand, the nearest first::
+mutmut 3 skips decorated functions (``@staticmethod`` and ``@classmethod`` aside).  Each becomes the function
+undecorated, then its decorators applied by hand, the nearest first::
 
     @task(help=...)                         def ask(c, question): ...
     @refusing                 becomes       ask = task(help=...)(refusing(ask))
     def ask(c, question): ...
 
-That is what the ``@`` syntax does, except that the decorators' expressions are evaluated after the function is
-defined rather than before. The function's own lines are kept as they are, so mutmut numbers its mutants as
-it would have.
+Why: docs/maintainers.md.
 """
 
 from __future__ import annotations
@@ -45,9 +40,10 @@ def _written_out(source: str, function: ast.FunctionDef | ast.AsyncFunctionDef) 
     lines = source.splitlines(keepends=True)
     first, define, end = function.decorator_list[0].lineno - 1, function.lineno - 1, function.end_lineno
     applied = function.name
+    # what `@` does, except that the decorators' expressions are now evaluated after the function is defined
     for decorator in reversed(function.decorator_list):
         applied = f"{ast.get_source_segment(source, decorator)}({applied})"
-    body = lines[define:end]
+    body = lines[define:end]  # the function's own lines as they are: mutmut numbers its mutants as it would have
     body[-1] = body[-1] if body[-1].endswith("\n") else body[-1] + "\n"
     indent = lines[define][:function.col_offset]
     return "".join([*lines[:first], *body, f"{indent}{function.name} = {applied}\n", *lines[end:]])
