@@ -98,9 +98,8 @@ def stop_group(popen: subprocess.Popen, grace: float) -> float:
     """Stop the whole process group ``popen`` leads (started with ``start_new_session``): SIGTERM to all of it,
     then SIGKILL after ``grace`` s if anything of it is left. Returns the moment it was gone.
 
-    The group is waited for, not only its leader: a child that ignores SIGTERM outlives a leader that obeys it,
-    and nothing else would ever stop that child. The leader is reaped, waited for at most 2 s after the SIGKILL
-    (only a process stuck in the kernel outlasts that, and no wait would end it)."""
+    The whole group is waited for: a child that ignores SIGTERM outlives a leader that obeys it. The leader is
+    reaped within 2 s of the SIGKILL (only a process stuck in the kernel outlasts that)."""
     pgid = popen.pid
     signal_group(pgid, signal.SIGTERM)
     until = time.monotonic() + grace

@@ -5,8 +5,7 @@
 Everything but ``--llama-amx`` goes to ``python -m llama_cpp.server`` unchanged.  The setting comes from
 the same layers as the tutor's (defaults, ``miniagent.toml``, ``MINIAGENT_LLAMA_AMX``, the flag):
 ``auto`` leaves llama.cpp's extra buffer types out where the CPU reports AMX, whose kernel crashes
-with this model (see :mod:`miniagent.models.llama_params`).  ``llama_cpp.Llama`` has no switch for
-them, so the defaults it starts from are changed before the server builds its model.
+with this model (:mod:`miniagent.models.llama_params`).
 """
 
 from __future__ import annotations
@@ -60,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import llama_cpp.llama_cpp as lib
 
+    # llama_cpp.Llama has no switch for the extra buffer types: the defaults it starts from change instead
     defaults = lib.llama_model_default_params
 
     def with_the_choice():

@@ -347,12 +347,9 @@ def append_observation(root: str | os.PathLike, learner: str, variant_id: str, o
                        svg_path: str | os.PathLike | None, when: str, lang: str | None = None) -> Path:
     """Append an observed block for one run at the end of the file: the record, the comparison, links.
 
-    The heading always names the break (``### Observed — 00-no-cap (when)``), since
-    the block lands at the end of the file, under whatever section came last, and
-    moving text around in the learner's file is not allowed.  A run that reported
-    no stop reason is written ``stop_reason: none`` (``?`` means "not predicted").
-    After a scored run with misses, the block asks what surprised the learner and
-    points to the first hint.
+    The heading names the break (``### Observed — 00-no-cap (when)``): the block lands under whatever
+    section came last, and the learner's text is never moved.  No stop reason is written ``none`` (``?``
+    means "not predicted"); a scored run with misses asks what surprised the learner and points to hint 1.
     """
     root = Path(root)
     lang = checked_lang(lang)
