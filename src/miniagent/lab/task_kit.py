@@ -12,7 +12,9 @@ import shlex
 import shutil
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
+from typing import Callable
 
 from invoke import task as invoke_task
 
@@ -147,8 +149,9 @@ def agent_trace(trace: str | None):
 
 
 # --- refusals: a clear line and exit status 2, never a traceback ------------------------------------
-def number(flag: str, raw, kind: type):
-    """A flag's value as an int or a finite float; a ValueError naming the flag otherwise (refused, exit 2)."""
+def number(flag: str, raw, kind: type, *, above: float | None = None):
+    """A flag's value as an int or a finite float (of seconds ``above`` a bound, where one is given); a ValueError
+    naming the flag otherwise (refused, exit 2)."""
     import math
 
     try:
@@ -157,6 +160,8 @@ def number(flag: str, raw, kind: type):
         value = None
     if value is None or (kind is float and not math.isfinite(value)):
         raise ValueError(f"{flag} takes {'a whole number' if kind is int else 'a number'}, got {raw!r}")
+    if above is not None and value <= above:
+        raise ValueError(f"{flag} takes a number of seconds above {above:g}, got {raw!r}")
     return value
 
 
@@ -182,6 +187,36 @@ def errors():
     return BreakError, PredictionError, StateError, ValueError
 
 
+def refusing_in(root: Callable[[], Path]):
+    """The decorator of every learner-facing task: an error of :func:`errors` becomes one line and exit status 2,
+    and a ``--learner`` named on a refused command is not remembered in the checkout ``root()`` names."""
+    def refusing(body):
+        @functools.wraps(body)
+        def task_body(*args, **kwargs):
+            from .learner.progress import remembered_unless_refused
+
+            try:
+                with remembered_unless_refused(root()):
+                    return body(*args, **kwargs)
+            except errors() as err:
+                refuse(err)
+
+        return task_body
+
+    return refusing
+
+
+def learner_in(root: Callable[[], Path]):
+    """``who(learner, required=False)``: the learner named, else the one who ran a command last in the checkout
+    ``root()`` names (None, or a refusal if required)."""
+    def who(learner: str | None, required: bool = False) -> str | None:
+        from .learner.progress import resolve_learner
+
+        return resolve_learner(root(), learner, required=required)
+
+    return who
+
+
 def flags(**values) -> str:
     """--flag value pairs for the CLI; None means "not given" (lower config layers apply)."""
     parts = []
@@ -193,23 +228,18 @@ def flags(**values) -> str:
     return " ".join(parts)
 
 
-# The model options of the CLI, the same on `invoke ask`, `eval` and `exp` (see TutorConfig): declared here once.
-MODEL_HELP = {
-    "llm": "llama (default) | openai | scripted:<behaviour>",
-    "model": "path of another GGUF file (with --llm openai: the tokenizer of the model the server serves)",
-    "decode": "scored (default) | greedy",
-    "max_action_tokens": "tokens per model reply (default 48)",
-    "n_ctx": "context window in tokens (default 2048)",
-    "n_threads": "llama.cpp threads, 0 = the free cores (default)",
-    "cache_dir": "prompt and priors cache ('' turns it off)",
-    "openai_base_url": "OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (with --llm openai)",
-    "openai_model": "model name the server expects (default 'local')",
-    "openai_response_format": "greedy only: auto (default) | json_schema | json_object",
-    "openai_max_retries": "retries when the model server is unreachable or busy (default 2)",
-    "openai_startup_s": "seconds each start-up request to the model server may take (default 10)",
-    "model_wall_clock_s": "seconds the run may wait for the model apart from wall_clock_s (0 = counted in it)",
-    "llama_amx": "llama.cpp's AMX path: auto (default: off where the CPU reports AMX) | on | off",
-}
+# What `invoke --help TASK` says of each flag (task_help.toml); the model options of the CLI, the same on
+# `invoke ask`, `eval` and `exp` (see ModelSettings), declared there once.
+HELP = tomllib.loads(Path(__file__).with_name("task_help.toml").read_text(encoding="utf-8"))
+MODEL_HELP: dict[str, str] = HELP["model"]
+
+
+def help_for(name: str) -> dict[str, str]:
+    """Task ``name``'s flags and what ``--help`` says of each: its own texts, the shared ones it names
+    ("@learner"), and every model option where it takes them (``model_options = true``)."""
+    own = dict(HELP[name])
+    texts = {**(MODEL_HELP if own.pop("model_options", False) else {}), **own}
+    return {flag: HELP["shared"][text[1:]] if text.startswith("@") else text for flag, text in texts.items()}
 
 
 def with_model_options(body):
@@ -241,3 +271,18 @@ def suite_status(codes: list[int]) -> int:
     if not ran:
         return 5
     return next((code for code in ran if code), 0)
+
+
+def run_suite(c, pytest: str, *, k: str | None = None, quick: bool = False) -> None:
+    """``invoke test``: the parallel pass, then the serial one unless the first crashed or was interrupted; exits
+    with :func:`suite_status` of the two. ``quick`` leaves out the real-model, slow and browser tests."""
+    selection = f"-k {shlex.quote(k)} " if k else ""
+    also = " and not real_model and not slow and not browser" if quick else ""
+    parallel = f"-n {WORKERS} -m {shlex.quote('not serial' + also)}"
+    codes = [status(c, f"{pytest} {parallel} {selection}".strip(), who="tests")]
+    if codes[0] in GO_ON:  # a crash or an interrupted run ends the suite here
+        codes.append(status(c, f"{pytest} -p no:xdist -m {shlex.quote('serial' + also)} {selection}".strip(),
+                            who="tests"))
+    code = suite_status(codes)
+    if code:
+        sys.exit(code)

@@ -302,3 +302,21 @@ def report(result: dict) -> str:
         mark = "" if name in result["unexplained"] else " (explained)"
         lines.append(f"\n{name}{mark}\n{result['diffs'].get(name, '').strip()}")
     return "\n".join(lines)
+
+
+def run_wings(max_children: int = 2, wing: str | None = None) -> int:
+    """``invoke mutants``: each wing named (comma-separated; None: all) run and reported in turn. The exit status:
+    2 where the check itself failed (a wing tested nothing), 1 for survivors nobody explained, else 0."""
+    from ..task_kit import refuse
+
+    wings = [w.strip() for w in str(wing).split(",")] if wing is not None else list(WINGS)  # "": no wing
+    unknown = [repr(w) if not w else w for w in wings if w not in WINGS]
+    if unknown:
+        refuse(f"no wing named {', '.join(unknown)}: the wings are {', '.join(WINGS)}")
+    unexplained = broken = 0
+    for name in wings:
+        result = run(max_children=max_children, wing=name)
+        print(report(result), flush=True)
+        unexplained += len(result["unexplained"])
+        broken += result["problem"] is not None
+    return 2 if broken else 1 if unexplained else 0
