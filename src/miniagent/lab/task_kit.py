@@ -32,7 +32,7 @@ def task(*args, **kwargs):
     def unwinding(body):
         @functools.wraps(body)
         def task_body(*a, **k):
-            from miniagent.processes import stops_unwind
+            from ..processes import stops_unwind
 
             try:
                 with stops_unwind():
@@ -121,9 +121,9 @@ def status(c, command: str, *, who: str, trace: Path | None = None) -> int:
 
 
 def report_crash(result, trace: Path | None, who: str) -> None:
-    from miniagent.lab.harness import crash
-    from miniagent.lab.harness.follow import Progress, TraceFollower
-    from miniagent.lab.commands.exercises import report_lang
+    from .harness import crash
+    from .harness.follow import Progress, TraceFollower
+    from .commands.exercises import report_lang
 
     progress = Progress()
     if trace is not None:
@@ -180,9 +180,9 @@ def refuse(err: Exception | str, status: int = 2) -> None:
 
 def errors():
     """The learner-facing refusals: a clear message and exit status 2, never a traceback."""
-    from miniagent.lab.catalogue import BreakError
-    from miniagent.lab.learner.notebook import PredictionError
-    from miniagent.lab.learner.progress import StateError
+    from .catalogue import BreakError
+    from .learner.notebook import PredictionError
+    from .learner.progress import StateError
 
     return BreakError, PredictionError, StateError, ValueError
 
