@@ -51,9 +51,8 @@ async def session_streams(process: subprocess.Popen[bytes],
     """``(read_stream, write_stream)`` for ``ClientSession``, bridged to ``process``'s stdout and stdin.
 
     On the way out, stdin is closed (a healthy server exits on EOF) and the process is waited for, up to
-    :data:`EXIT_WAIT`; stopping one that does not exit is the caller's job (it signals the process group).
-    A bridge that fails on our side (a message that cannot be written, say) ends the session; ``on_error``
-    hears of it first, before the server is let go, so that nobody takes the server's exit for the cause.
+    :data:`EXIT_WAIT`; one that does not exit is the caller's to stop. A bridge that fails on our side ends the
+    session, and ``on_error`` hears of it before the server is let go: its exit is not taken for the cause.
     """
     import anyio
     import mcp_types

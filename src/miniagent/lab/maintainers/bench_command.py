@@ -5,8 +5,9 @@ from __future__ import annotations
 import shlex
 
 from ..task_kit import check_save_name, flags, number, refuse
+from .bench import LOADS as BENCH_LOADS
 
-LOADS = {"idle": "idle", "busy": "'one core busy'"}  # the flag's names, and bench's own
+LOADS = dict(zip(("idle", "busy"), BENCH_LOADS))  # the flag's names for bench's own
 
 
 def bench_flags(json: bool = False, only: str | None = None, amx: str | None = None, load: str | None = None,
@@ -22,5 +23,5 @@ def bench_flags(json: bool = False, only: str | None = None, amx: str | None = N
     check_save_name(save)
     parts = [flags(json=json, only=only, runs=runs, save=save)]
     parts += [f"--amx {shlex.quote(a.strip())}" for a in (amx or "").split(",") if a.strip()]
-    parts += [f"--load {LOADS[x]}" for x in asked]
+    parts += [f"--load {shlex.quote(LOADS[x])}" for x in asked]
     return " ".join(parts)
