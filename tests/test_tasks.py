@@ -136,6 +136,13 @@ def test_an_interrupted_broken_or_crashed_first_pass_ends_the_suite(first):
     assert len(c.commands) == 1
 
 
+def test_the_suite_keeps_the_rewritten_test_modules_where_the_environment_says_to_write_no_bytecode(monkeypatch):
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    c = PassesContext(0, 0)
+    assert exit_status(lambda: tasks.test(c)) == 0
+    assert "PYTHONDONTWRITEBYTECODE" not in os.environ  # the passes, and every pytest run in them, inherit it
+
+
 def test_quick_and_k_reach_both_passes():
     c = PassesContext(0, 0)
     assert exit_status(lambda: tasks.test(c, k="guard and not slow", quick=True)) == 0

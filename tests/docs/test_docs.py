@@ -8,8 +8,10 @@ fall back to the other language, so it is a test failure here.
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -139,6 +141,36 @@ def built_site(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--config-file", str(ROOT / "mkdocs.yml"),
                     "--site-dir", str(site)], cwd=ROOT, check=True, capture_output=True, timeout=300)
     return site
+
+
+SWITCHER_LINK = re.compile(r'<a href="([^"]+)" hreflang="(en|es)" class="md-select__link">')
+
+
+def test_every_pages_language_switcher_leads_to_its_twin_and_back(built_site):
+    """Every built page, both ways: each language link opens a page in that language, whose link back opens this
+    page. The browser check clicks the switcher on a page of each kind; this one reads every page's links."""
+    pages = sorted(p for p in built_site.rglob("index.html") if "assets" not in p.parts)
+    assert len(pages) >= 50
+
+    def url_of(page: Path) -> str:
+        return "/" + (page.parent.relative_to(built_site).as_posix() + "/").lstrip("./")
+
+    def opened(url: str, href: str) -> Path:
+        path = urllib.parse.urljoin(url, href).split("#")[0]
+        return built_site / path.lstrip("/") / "index.html"
+
+    def links(page: Path) -> dict[str, str]:
+        found = {lang: href for href, lang in SWITCHER_LINK.findall(page.read_text(encoding="utf-8"))}
+        assert set(found) == {"en", "es"}, f"{url_of(page)}: the switcher offers {sorted(found)}"
+        return found
+
+    for page in pages:
+        here = re.search(r'<html lang="(en|es)"', page.read_text(encoding="utf-8")).group(1)
+        for lang, href in links(page).items():
+            twin = opened(url_of(page), href)
+            assert twin.is_file(), f"{url_of(page)}: {lang} leads to {href}, which was not built"
+            assert f'<html lang="{lang}"' in twin.read_text(encoding="utf-8"), f"{url_of(page)} -> {href}"
+            assert opened(url_of(twin), links(twin)[here]) == page, f"{url_of(page)} -> {href} does not lead back"
 
 
 def _break_pages() -> list[str]:

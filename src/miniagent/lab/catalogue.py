@@ -166,6 +166,9 @@ class Break:
     stand_in_why: dict[str, str]  # {} for the real model
     flags: list[str]
     ci_llm: str  # the model check-breaks uses (a stand-in keeps CI fast)
+    # The stand-in's timeout (default: timeout_s): a stand-in shows in a few seconds what the real model needs
+    # longer for; each break that sets it says why its figure still outlasts the intact loop.
+    ci_timeout_s: float
     # How much of the loop a run must show before its timeout may end it ({"tool_calls": 1}):
     # less than that and the run never reached the broken code (see harness.run_experiment).
     needs: dict[str, int]
@@ -214,7 +217,8 @@ class Break:
             input=run["input"], timeout_s=float(run["timeout_s"]), llm=run["llm"], real_model=run["llm"] == "llama",
             stand_in_why=both(run["stand_in_why"], "run.stand_in_why") if "stand_in_why" in run else {},
             flags=list(run.get("flags", [])),
-            ci_llm=run.get("ci_llm", run["llm"]), needs={k: int(v) for k, v in run.get("needs", {}).items()},
+            ci_llm=run.get("ci_llm", run["llm"]), ci_timeout_s=float(run.get("ci_timeout_s", run["timeout_s"])),
+            needs={k: int(v) for k, v in run.get("needs", {}).items()},
             hard_cap_s=float(run["hard_cap_s"]) if "hard_cap_s" in run else None, tests=list(data["check"]["tests"]),
             symptom={key: both(text, f"symptom.{key}") for key, text in symptom.items()},
             expect=Expect(**data["check"].get("expect", {})), hidden_cause=both(data["hidden_cause"], "hidden_cause"),

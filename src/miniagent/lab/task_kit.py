@@ -276,6 +276,10 @@ def suite_status(codes: list[int]) -> int:
 def run_suite(c, pytest: str, *, k: str | None = None, quick: bool = False) -> None:
     """``invoke test``: the parallel pass, then the serial one unless the first crashed or was interrupted; exits
     with :func:`suite_status` of the two. ``quick`` leaves out the real-model, slow and browser tests."""
+    # Each pytest process rewrites the test modules' asserts and keeps the result as .pyc files in __pycache__
+    # (ignored by git); where PYTHONDONTWRITEBYTECODE is set (CI images) nothing is kept and every process, the
+    # workers and each pytest run a test starts, redoes it: 2.7 s of a 5.4 s collection on 2 cores.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     selection = f"-k {shlex.quote(k)} " if k else ""
     also = " and not real_model and not slow and not browser" if quick else ""
     parallel = f"-n {WORKERS} -m {shlex.quote('not serial' + also)}"

@@ -18,7 +18,9 @@ from miniagent.lab import screen
 from miniagent.lab.commands import experiment
 from miniagent.lab.maintainers import checks
 from miniagent.lab.catalogue import Break, BreakError, busy_cpu_floor, catalogue, cpu_disturbed, find
-from miniagent.lab.patching import apply_to_tree, is_applied, revert_in_tree
+from miniagent.lab.harness.record import summary
+from miniagent.lab.harness.run import run_experiment
+from miniagent.lab.patching import agent_command, apply_to_tree, is_applied, revert_in_tree
 
 ROOT = Path(__file__).resolve().parents[3]
 EXPECTED = ["00-no-cap", "01-dead-config", "02-broad-catch", "03-no-dedup", "04-no-breaker", "05-no-tool-timeout",
@@ -36,6 +38,7 @@ def test_the_catalogue_has_every_break_with_complete_metadata():
         assert len(brk.hints["en"]) == len(brk.hints["es"]) == 3
         assert brk.tests and all(Path(ROOT, t.split("::")[0]).is_file() for t in brk.tests)
         assert brk.real_model or brk.stand_in_why, f"{brk.id}: a stand-in must say why the real model is not used"
+        assert 0 < brk.ci_timeout_s <= brk.timeout_s, f"{brk.id}: the stand-in's timeout is at most the break's"
         assert {"outcome", "cpu", "trace"} <= set(brk.symptom)
         # every text a learner reads, in both languages (Break.load refuses one that is not)
         for texts in (brk.title, brk.removes, brk.hidden_cause, *brk.symptom.values(),
@@ -194,7 +197,23 @@ def test_exp_runs_a_sandbox_and_leaves_the_learners_tree_alone():
     assert record["cpu_mean"] >= busy_cpu_floor(50, record), figures
 
 
-@pytest.mark.slow  # ~4 min: every break applied, caught, run and reverted
+SHORTER_FOR_STAND_INS = [b for b in catalogue() if b.ci_timeout_s < b.timeout_s]
+
+
+@pytest.mark.parametrize("brk", SHORTER_FOR_STAND_INS, ids=lambda b: b.id)
+def test_a_stand_ins_shorter_timeout_still_outlasts_the_intact_loop(brk, tmp_path):
+    """The intact loop ends the stand-in's run by itself within ``ci_timeout_s``, and its record lacks the symptom:
+    a run of the break that lasts that long shows the missing guard, not a timeout too short to tell."""
+    assert {b.id for b in SHORTER_FOR_STAND_INS} == {"00-no-cap", "07-endless-continue", "10-no-token-budget"}
+    trace = tmp_path / "trace.jsonl"
+    record = run_experiment(agent_command(brk.input, trace, llm=brk.ci_llm, flags=brk.flags), timeout=brk.ci_timeout_s,
+                            trace_path=trace, live=False, clock="loop", needs=brk.needs, hard_cap=brk.hard_cap_s)
+    assert record.outcome == "fallback" and record.processes_left == [], summary(record)
+    assert brk.expect.failures(record.to_dict()), f"the intact run shows the symptom too: {summary(record)}"
+    assert brk.expect.wall_s_min is None or brk.ci_timeout_s >= brk.expect.wall_s_min
+
+
+@pytest.mark.slow  # ~2.5 min: every break applied, caught, run and reverted
 def test_maintainer_check_every_break_applies_is_caught_shows_its_symptom_and_reverts():
     assert checks.check_breaks(use_ci_models=True) == 0
 
@@ -222,12 +241,17 @@ def test_only_a_failing_test_run_counts_as_caught(code, caught):
         assert problem.startswith(f"the check is broken: the guard tests exited {code} (") and "not found" in problem
 
 
-@pytest.mark.slow  # ~40 s: every break's stand-in run
-def test_tour_json_prints_only_json(capsys):
+@pytest.mark.slow  # ~10 s: three real runs (one ends on a guard, one answers, one the harness kills and leaves a process)
+def test_tour_json_prints_only_json(capsys, monkeypatch):
+    """Every break's run prints alike (a break's own output goes nowhere else): three kinds of run stand for them."""
+    toured = [find(alias) for alias in ("no-cap", "orphan-server", "ungrounded-answer")]
+    monkeypatch.setattr(experiment, "catalogue", lambda: toured)
     results = experiment.tour(as_json=True, llm="scripted:oracle")
     printed = json.loads(capsys.readouterr().out)
-    assert [r["id"] for r in printed] == EXPECTED == [r["id"] for r in results]
-    assert all(r["record"]["processes_left"] == [] or r["id"] == "09-orphan-server" for r in printed)
+    assert [r["id"] for r in printed] == [b.id for b in toured] == [r["id"] for r in results]
+    assert {r["id"]: r["record"]["outcome"] for r in printed} == {
+        "00-no-cap": "fallback", "09-orphan-server": "timeout", "14-ungrounded-answer": "answer"}
+    assert [r["id"] for r in printed if r["record"]["processes_left"]] == ["09-orphan-server"]
 
 
 def test_every_break_says_what_a_run_must_show_before_its_timeout():

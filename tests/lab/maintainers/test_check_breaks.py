@@ -76,7 +76,8 @@ def test_a_break_caught_by_both_test_runs_and_showing_its_symptom_passes(monkeyp
     [run] = stand_ins.harness_runs
     assert run["command"] == checks.agent_command(NO_CAP.input, work / "trace.jsonl", llm=NO_CAP.ci_llm,
                                                       flags=NO_CAP.flags)
-    assert run == {**run, "timeout": NO_CAP.timeout_s, "trace_path": work / "trace.jsonl", "cwd": work,
+    assert NO_CAP.ci_timeout_s < NO_CAP.timeout_s, "the stand-in's own timeout"
+    assert run == {**run, "timeout": NO_CAP.ci_timeout_s, "trace_path": work / "trace.jsonl", "cwd": work,
                    "env": {"PYTHONPATH": str(work / "src")}, "live": False, "clock": "loop", "needs": NO_CAP.needs,
                    "hard_cap": NO_CAP.hard_cap_s}
     assert {p: p.read_bytes() for p in (tree / "src").rglob("*.py")} == before
@@ -90,6 +91,7 @@ def test_without_the_ci_models_the_break_runs_on_its_own_model(monkeypatch, tree
     stand_ins = StandIns(monkeypatch)
     assert checks.check_breaks(use_ci_models=False, only="no-cap", root=tree) == 0
     assert stand_ins.harness_runs[0]["command"][stand_ins.harness_runs[0]["command"].index("--llm") + 1] == NO_CAP.llm
+    assert stand_ins.harness_runs[0]["timeout"] == NO_CAP.timeout_s
 
 
 @pytest.mark.parametrize("codes, problem", [

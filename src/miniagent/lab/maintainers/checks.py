@@ -90,8 +90,11 @@ def _pytest(work: Path, tests: list[str], timeout_s: int, *extra: str) -> subpro
 
 def _work_copy(root: Path, prefix: str) -> Path:
     work = Path(tempfile.mkdtemp(prefix=prefix))
-    shutil.copytree(root / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(root / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    # With their .pyc files: pytest's rewritten test modules and Python's own are used again where the source
+    # is unchanged (copytree keeps each file's time, which the .pyc is checked against), redone where a patch
+    # changed it.
+    shutil.copytree(root / "src", work / "src", ignore=shutil.ignore_patterns("*.egg-info"))
+    shutil.copytree(root / "tests", work / "tests")
     shutil.copy(root / "pyproject.toml", work / "pyproject.toml")  # markers and test paths
     return work
 
@@ -152,9 +155,9 @@ def _check_one(brk: Break, use_ci_models: bool, under_load: bool = False,
         else:
             problems.append("no property test is named in [check] tests")
         # 3. the harness observes the declared symptom
-        record = run_experiment(agent_command(brk.input, work / "trace.jsonl",
-                                              llm=brk.ci_llm if use_ci_models else brk.llm, flags=brk.flags),
-                                timeout=brk.timeout_s, trace_path=work / "trace.jsonl", env=env, cwd=work,
+        llm, timeout = (brk.ci_llm, brk.ci_timeout_s) if use_ci_models else (brk.llm, brk.timeout_s)
+        record = run_experiment(agent_command(brk.input, work / "trace.jsonl", llm=llm, flags=brk.flags),
+                                timeout=timeout, trace_path=work / "trace.jsonl", env=env, cwd=work,
                                 live=False, clock="loop", needs=brk.needs, hard_cap=brk.hard_cap_s)
         if record.signal:
             problems.append("; ".join(crash_note(record)))

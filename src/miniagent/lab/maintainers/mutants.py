@@ -96,7 +96,7 @@ ALSO_COPY = ("breaks", "labs", "docs", "docs_hooks", "docs_results", "learners",
 # Set for mutmut, and so for every process its tests start, whatever PYTHONPATH the lab gives them: how
 # reap_leftovers finds an experiment's agent that a killed test left running (its own copy's src/ names no run).
 RUN_MARK = "MUTATION_RUN"
-# Left out of every run, by their markers: the slow tests (every break's tour, fifty killed runs: the others hold
+# Left out of every run, by their markers: the slow tests (every break's tour, thirty killed runs: the others hold
 # the same code) and the timing ones (two mutants at once on 2 cores would fail them). By marker, not by name: a
 # `-k "not maintainer_check"` here once left out, without a word, every test of a new file whose name held it.
 DESELECT_MARKERS = "not slow and not timing"
