@@ -138,6 +138,12 @@ def watch(c, variant, learner=None, lang=None):
     sys.exit(code)
 
 
+@task(help=kit.help_for("traces"))
+def traces(c, host="127.0.0.1", port=6006):
+    """Start a trace viewer (Arize Phoenix) and send every run of the lab to it until Ctrl-C."""
+    kit.run(c, f"{PY} -m miniagent.lab.commands.traces {kit.flags(host=host, port=port)}", who="viewer")
+
+
 @task(positional=["variant"], help=kit.help_for("reset"))
 @refusing
 def reset(c, variant, learner=None, lang=None):

@@ -45,6 +45,11 @@ settings.register_profile("counterexamples", derandomize=True, max_examples=100,
                           phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False, print_blob=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# The suite's runs are traced only where a test asks for it (--traces file): not sent to a collector the
+# developer's shell names, nor to the viewer `invoke traces` may be running in this checkout. Set before any test
+# starts a process, so every run inherits it; a flag of the command line wins over it, as over any variable.
+os.environ["MINIAGENT_TRACES"] = "off"
+
 
 @pytest.fixture(autouse=True)
 def every_run_keeps_its_wall_clock(monkeypatch):

@@ -3,7 +3,7 @@
 ``agent/`` is what a learner reads; it must stand on the standard library alone,
 so it never imports from ``models/``, ``tools/`` or ``lab/``.  ``models/`` and
 ``tools/`` are adapters that plug into the agent and never reach up into the lab
-or into each other.
+or into each other; ``telemetry/`` turns the agent's trace events into spans.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "miniagent"
 MAY_IMPORT = {
     "agent": {"agent"},
     "models": {"agent", "models", "processes"},
-    "tools": {"agent", "tools", "processes"},
+    "tools": {"agent", "tools", "processes", "telemetry"},  # the server traces its side of a traced run
     "serving": {"agent", "models", "serving", "processes"},  # a class's model server, and how the lab starts one
-    "lab": {"agent", "models", "tools", "serving", "lab", "processes", "settings"},
+    "lab": {"agent", "models", "tools", "serving", "lab", "processes", "settings", "telemetry"},
     "processes": set(),  # a leaf: processes, threads and signals, for every wing but the agent's
-    "settings": {"agent", "models", "tools"},  # every wing's settings, read together
+    "settings": {"agent", "models", "tools", "telemetry"},  # every wing's settings, read together
+    "telemetry": {"agent", "telemetry"},  # spans made from the agent's trace events; the only wing with the SDK
 }
 
 

@@ -1,5 +1,6 @@
 """Every setting of every wing, from every layer, reaches the component it configures: the loop's
-(``TutorConfig``), the model's (``ModelSettings``) and the MCP server's faults (``ServerFaults``).
+(``TutorConfig``), the model's (``ModelSettings``), the MCP server's faults (``ServerFaults``) and the traces
+(``TraceSettings``).
 
 A setting can be parsed (from a flag, the config file or the environment) and then dropped on its way: the
 session builds the loop, the model backend and the MCP client from the config, and each of those three
@@ -21,6 +22,7 @@ from miniagent.lab import session as session_module
 from miniagent.models.llama_params import choose_amx
 from miniagent.models.settings import ModelSettings
 from miniagent.settings import WINGS, Settings, load_config, setting_fields
+from miniagent.telemetry.settings import TraceSettings
 from miniagent.tools.settings import ServerFaults
 from miniagent.tools.mcp_client import MCPClient
 
@@ -35,10 +37,13 @@ VALUES = {
     "openai_base_url": "http://10.0.0.1:9000/v1", "openai_model": "class-model",
     "openai_response_format": "json_object", "openai_max_retries": 4, "openai_startup_s": 3.5,
     "model_wall_clock_s": 42.0, "fault_delay_s": 0.75, "fault_hang_on": "eat",
+    "traces": "file", "traces_file": "/some/traces.jsonl",
 }
 # Settings read where they are needed need another setting to take effect: the backend that reads them.
 BACKEND = {name: "openai" for name in VALUES if name.startswith("openai_")} | \
     {name: "llama" for name in ("model", "decode", "max_action_tokens", "cache_dir", "n_ctx", "n_threads", "llama_amx")}
+# And the traces' file: the spans go to it only when traces = file.
+ALSO = {"traces_file": {"traces": "file"}}
 
 
 class Stub:
@@ -80,6 +85,9 @@ def components(config: Settings, monkeypatch) -> dict:
             seen["server_args"] = MCPClient(**kwargs)._server_args()
 
     monkeypatch.setattr(session_module, "MCPClient", Client)
+    # The SDK is set up as the settings say (here only recorded: a tracer provider is set once per process).
+    monkeypatch.setattr("miniagent.telemetry.export.start",
+                        lambda settings, service, **how: seen.setdefault("spans", settings) and Stub())
 
     def run(tutor, question):
         seen["tutor"] = tutor
@@ -119,18 +127,21 @@ def reached(name: str, seen: dict):
         "openai_base_url": lambda: kwargs["base_url"], "openai_model": lambda: kwargs["model"],
         "openai_response_format": lambda: kwargs["response_format"], "openai_max_retries": lambda: kwargs["max_retries"],
         "openai_startup_s": lambda: kwargs["startup_s"],
+        # the agent's tracer provider, and the server it starts, which traces its own side
+        "traces": lambda: (seen["spans"].traces, seen["mcp"]["env"]["MINIAGENT_TRACES"]),
+        "traces_file": lambda: (seen["spans"].traces_file, seen["mcp"]["env"]["MINIAGENT_TRACES_FILE"]),
     }
     return loop[name]()
 
 
 def expected(name: str, value):
     return {"tool_timeout_s": (value, value), "fault_delay_s": (value, value),
-            "fault_hang_on": (value, value)}.get(name, value)
+            "fault_hang_on": (value, value), "traces": (value, value), "traces_file": (value, value)}.get(name, value)
 
 
 def config_from(layer: str, name: str, value, tmp_path) -> Settings:
     """The config as the real entry point builds it, with ``name`` given through ``layer`` only."""
-    others = {"llm": BACKEND[name]} if name in BACKEND else {}
+    others = {"llm": BACKEND[name]} if name in BACKEND else ALSO.get(name, {})
     empty = tmp_path / "none.toml"  # a config file of its own, empty: not the checkout's miniagent.toml
     empty.write_text("", encoding="utf-8")
     env = {"MINIAGENT_CONFIG": str(empty)}
@@ -159,12 +170,14 @@ def test_every_setting_has_a_value_and_a_component_here():
 MODEL = {"llm", "model", "decode", "max_action_tokens", "cache_dir", "n_ctx", "n_threads", "llama_amx",
          "openai_base_url", "openai_model", "openai_response_format", "openai_max_retries", "openai_startup_s"}
 FAULTS = {"fault_delay_s", "fault_hang_on"}
+TRACES = {"traces", "traces_file"}
 
 
 def test_each_wing_declares_its_own_settings_and_hands_them_to_its_part():
-    assert WINGS == (TutorConfig, ModelSettings, ServerFaults)
+    assert WINGS == (TutorConfig, ModelSettings, ServerFaults, TraceSettings)
     assert set(setting_types(ModelSettings)) == MODEL and set(setting_types(ServerFaults)) == FAULTS
-    assert set(setting_types(TutorConfig)) == set(VALUES) - MODEL - FAULTS
+    assert set(setting_types(TraceSettings)) == TRACES
+    assert set(setting_types(TutorConfig)) == set(VALUES) - MODEL - FAULTS - TRACES
     settings = load_config(cli={name: VALUES[name] for name in ("max_turns", "n_ctx", "fault_hang_on")}, env={})
     assert (settings.tutor.max_turns, settings.model.n_ctx, settings.faults.fault_hang_on) == (5, 1024, "eat")
 

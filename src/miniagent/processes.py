@@ -1,4 +1,4 @@
-"""Processes, signals and CPU: what the tool client, the model backends and the harness share.
+"""Processes, threads, signals and CPU: what the tool client, the model backends and the harness share.
 
 A leaf module: it imports nothing else of miniagent, so every wing may use it.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import contextvars
 import copy
 import os
 import signal
@@ -15,7 +16,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Any, Callable, Iterator
+from typing import Any, Awaitable, Callable, Iterator
 
 # How often a waiting main thread wakes to run Python's signal handlers (see wait_result).
 SIGNAL_CHECK_S = 0.05
@@ -293,3 +294,17 @@ def stops_unwind() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def in_callers_context(request: Awaitable[Any]) -> Awaitable[Any]:
+    """``request`` run with the calling thread's context variables, the current span among them: a task on an
+    event loop in another thread starts from that thread's context (the MCP SDK's span of a tool call would begin
+    a trace of its own instead of sitting under the call's)."""
+    values = contextvars.copy_context()
+
+    async def run() -> Any:
+        for variable, value in values.items():  # the task's own copy: nothing leaks into the loop's context
+            variable.set(value)
+        return await request
+
+    return run()

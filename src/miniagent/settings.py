@@ -2,7 +2,8 @@
 CLI flags.
 
 Each wing declares its own: the loop's limits and clocks (``agent.config.TutorConfig``), the model's
-(``models.settings.ModelSettings``), the MCP server's faults (``tools.settings.ServerFaults``). One config file,
+(``models.settings.ModelSettings``), the MCP server's faults (``tools.settings.ServerFaults``), the
+OpenTelemetry traces (``telemetry.settings.TraceSettings``). One config file,
 one set of env vars and one set of flags name them all, each name in one wing only; :func:`load_config` reads
 them into one :class:`Settings` that hands each wing its part.
 """
@@ -18,9 +19,11 @@ from .agent import config as tutor
 from .agent.config import ConfigError, TutorConfig, layered, setting_types
 from .models import settings as model
 from .models.settings import ModelSettings
+from .telemetry import settings as traces
+from .telemetry.settings import TraceSettings
 from .tools.settings import ServerFaults
 
-WINGS = (TutorConfig, ModelSettings, ServerFaults)
+WINGS = (TutorConfig, ModelSettings, ServerFaults, TraceSettings)
 # A shared model server queues a class's requests: with llm = "openai" the model calls get a budget of their own
 # unless one is set. Measured (docs/classroom.md): with 4 learners on one 2-core server, 28 of 30 runs ran out of
 # a 20 s wall clock waiting in its queue.
@@ -32,10 +35,12 @@ class Settings:
     tutor: TutorConfig = field(default_factory=TutorConfig)
     model: ModelSettings = field(default_factory=ModelSettings)
     faults: ServerFaults = field(default_factory=ServerFaults)
+    traces: TraceSettings = field(default_factory=TraceSettings)
 
     def as_dict(self) -> dict[str, Any]:
         """Every setting by its name (the names are unique across the wings)."""
-        return {**dataclasses.asdict(self.tutor), **dataclasses.asdict(self.model), **dataclasses.asdict(self.faults)}
+        return {**dataclasses.asdict(self.tutor), **dataclasses.asdict(self.model), **dataclasses.asdict(self.faults),
+                **dataclasses.asdict(self.traces)}
 
 
 def setting_fields() -> list[dataclasses.Field]:
@@ -53,6 +58,7 @@ def load_config(cli: Mapping[str, Any] | None = None, env: Mapping[str, str] | N
                           for cls in WINGS))
     tutor.check(settings.tutor)
     model.check(settings.model)
+    traces.check(settings.traces)
     return settings
 
 

@@ -18,8 +18,9 @@ from miniagent.settings import load_config
 class StandInTools:
     made: list["StandInTools"] = []
 
-    def __init__(self, *, delay, hang_on, timeout):
+    def __init__(self, *, delay, hang_on, timeout, env):
         self.given = {"delay": delay, "hang_on": hang_on, "timeout": timeout}
+        assert env == {}, "an untraced session (the suite's MINIAGENT_TRACES=off) tells its server nothing of traces"
         self.started = self.closed = False
         self.release = threading.Event()  # set by the test: a start that waits for it is still under way
         self.wait_in_start = False

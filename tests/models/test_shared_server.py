@@ -181,7 +181,8 @@ def test_every_model_option_of_the_cli_is_on_the_invoke_task(task):
     finally:
         sys.path.remove(str(ROOT))
     model_fields = {"llm", "model", "decode", "max_action_tokens", "n_ctx", "n_threads", "cache_dir",
-                    "model_wall_clock_s", "llama_amx"} | {f.name for f in fields(ModelSettings) if f.name.startswith("openai_")}
+                    "model_wall_clock_s", "llama_amx", "traces", "traces_file"} | {
+                        f.name for f in fields(ModelSettings) if f.name.startswith("openai_")}
     assert set(tasks.kit.MODEL_HELP) == model_fields, "MODEL_HELP lists the CLI's model options"
     shown = subprocess.run([sys.executable, "-m", "invoke", "--help", task], cwd=ROOT, capture_output=True,
                            text=True, check=True).stdout

@@ -13,7 +13,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 
 class Trace:
@@ -22,6 +22,8 @@ class Trace:
         self._close = close
         self._t0 = time.monotonic()
         self.events: list[dict[str, Any]] = []
+        # Called with each event as it is emitted: OpenTelemetry spans are made from the same events (telemetry).
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
     @classmethod
     def to_path(cls, path: str | Path) -> "Trace":
@@ -41,6 +43,8 @@ class Trace:
         if self._stream is not None:
             self._stream.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
             self._stream.flush()
+        for listener in self.listeners:
+            listener(record)
 
     def close(self) -> None:
         if self._close and self._stream is not None:

@@ -9,6 +9,7 @@ stdout is the protocol.  Why: docs/maintainers.md.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import os
 import sys
@@ -293,6 +294,11 @@ def main(argv: list[str] | None = None) -> None:
     if hang_on:
         print(f"fault: hang on verb {hang_on!r} (the server wedges on that call)", file=sys.stderr, flush=True)
     server = build_server(delay=delay, hang_on=hang_on)
+    # The SDK's set-up beside the handshake, not before it: the client waits for the handshake, and a tool call
+    # comes only once its model is loaded, long after. A request before it is done (the handshake) is not traced.
+    tracing = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    spans = tracing.submit(_trace_calls)
+    tracing.shutdown(wait=False)
     # The verb lexicon takes a few hundred ms to load: load it before serving,
     # so the handshake pays for it once and no tool call (with its own short
     # timeout) ever does.
@@ -311,10 +317,26 @@ def main(argv: list[str] | None = None) -> None:
     # The client closed stdin and every answer is flushed: nothing is left to
     # clean up.  Skipping the interpreter's teardown of the SDK's big module
     # graph saves ~0.25 s on every client close.
+    if spans.result() is not None:  # the exit below skips every atexit handler, the SDK's flush among them
+        spans.result().shutdown()
     with contextlib.suppress(BrokenPipeError):
         sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _trace_calls() -> Any:
+    """The SDK's tracer provider when the client traces its runs (then the SDK's own middleware makes a span of
+    each request, under the client's); None, and the SDK not loaded, otherwise."""
+    from ..telemetry.settings import export_to, from_server_env
+
+    settings = from_server_env()
+    if export_to(settings) is None:
+        return None
+    from ..telemetry import export
+
+    # Sent often: the server has no SIGTERM handler (its client stops it), so what it still holds then is lost.
+    return export.start(settings, "miniagent-conjugation-server", send_every_s=0.2)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from miniagent.lab.harness.record import RunRecord, crash_note
 from miniagent.lab.learner import notebook, progress
 from miniagent.lab.learner.progress import StateError
 from miniagent.lab.patching import agent_command
+from miniagent.telemetry.settings import sandbox_env
 from miniagent.lab.words import words
 
 
@@ -73,7 +74,8 @@ def test_a_break_runs_with_its_own_question_timeout_model_and_flags(harness, sho
     assert command == agent_command(brk.input, sandbox / "trace.jsonl", llm=brk.llm,
                                     flags=[*brk.flags, "--decode", "greedy"])
     assert kwargs == {"timeout": brk.timeout_s, "trace_path": sandbox / "trace.jsonl",
-                      "env": {"PYTHONPATH": str(sandbox / "src")}, "cwd": sandbox, "live": False, "clock": "loop",
+                      "env": {"PYTHONPATH": str(sandbox / "src"), **sandbox_env(ROOT)}, "cwd": sandbox, "live": False,
+                      "clock": "loop",
                       "needs": brk.needs, "hard_cap": None}
     assert not sandbox.exists(), "the source copy outlived its run"
 

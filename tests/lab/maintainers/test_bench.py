@@ -161,10 +161,12 @@ def test_one_process_counts_the_cpu_of_the_agent_and_what_it_started(monkeypatch
 
     monkeypatch.setattr(bench, "_agent", agent)
     monkeypatch.setenv("MINIAGENT_MAX_TURNS", "1")  # the maintainer's shell: no run inherits it
+    monkeypatch.setenv("MINIAGENT_TRACES", "file")  # but traces, measured on purpose: the runs get it
     got = bench.one_process("the question?", "off")
     assert seen["argv"] == ["ask", "the question?", "--json"] and seen["timeout"] == 120
     assert seen["env"]["MINIAGENT_LLAMA_AMX"] == "off"
-    assert [k for k in seen["env"] if k.startswith("MINIAGENT_")] == ["MINIAGENT_LLAMA_AMX"]
+    assert sorted(k for k in seen["env"] if k.startswith("MINIAGENT_")) == ["MINIAGENT_LLAMA_AMX", "MINIAGENT_TRACES"]
+    assert seen["env"]["MINIAGENT_TRACES"] == "file"
     assert 0.6 <= got["cpu_s"] < 0.6 + 1.0  # the agent's 0.3 s and its child's 0.3 s, and start-up
     assert 0.3 <= got["wall_s"] < 60  # the two burned one after the other
     assert (got["stop_reason"], got["turns"], got["tool_calls"]) == ("stuck", 4, {"conjugate": 4})

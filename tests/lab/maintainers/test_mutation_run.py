@@ -213,7 +213,7 @@ def test_a_run_that_changes_the_checkout_is_a_broken_check(monkeypatch, checkout
 
 def test_an_unknown_wing_is_refused_before_a_sandbox_is_made(monkeypatch, checkout):
     stand_in = StandInMutmut()
-    with pytest.raises(ValueError, match="wing must be one of agent, models, serving, tools, lab, cli, tasks, not 'web'"):
+    with pytest.raises(ValueError, match="wing must be one of agent, models, serving, tools, lab, telemetry, cli, tasks, not 'web'"):
         run_with(monkeypatch, stand_in, checkout, wing="web")
     assert stand_in.calls == [] and not list(checkout.parent.glob("miniagent-mutants-*"))
 

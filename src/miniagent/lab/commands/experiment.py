@@ -26,6 +26,7 @@ from ..harness.run import run_experiment
 from ..learner import notebook, progress, scoring
 from ..learner.fields import NO_STOP_REASON
 from ..patching import agent_command, make_sandbox
+from ...telemetry.settings import sandbox_env
 from ..words import number, section, words
 from .. import screen
 from .exercises import notebook_lang, report_lang, state_readable
@@ -99,7 +100,7 @@ def _run_in_sandbox(brk: Break | None, question: str, llm: str, run_flags: list[
         # broken code (its needs) or the hard cap: a busy machine slows the run, it must not skip the lesson.
         record = run_experiment(agent_command(question, sandbox / "trace.jsonl", llm=llm, flags=run_flags),
                                 timeout=timeout, trace_path=sandbox / "trace.jsonl",
-                                env={"PYTHONPATH": str(sandbox / "src")}, cwd=sandbox, live=live,
+                                env={"PYTHONPATH": str(sandbox / "src"), **sandbox_env(ROOT)}, cwd=sandbox, live=live,
                                 clock="loop", needs=brk.needs if brk else None,
                                 hard_cap=brk.hard_cap_s if brk else None)
         if record.exit_code == 2 and record.loop_start_s is None:  # the agent refused its command line: no run

@@ -43,8 +43,8 @@ QUESTIONS = ["What is the past simple of go for she?", "Give me the present perf
              "Conjugate swim in the future continuous for we."]
 
 
-def _clean_env() -> dict:
-    return {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
+def _clean_env() -> dict:  # the learner's settings left out; traces kept, to measure them: MINIAGENT_TRACES=file
+    return {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_") or k.startswith("MINIAGENT_TRACES")}
 
 
 def turn_latency_ratio(backend) -> dict:
@@ -328,7 +328,7 @@ def print_figures(f: dict) -> None:
     from rich.table import Table
 
     console = Console() if sys.stdout.isatty() else Console(width=120)  # a log keeps the tables whole
-    console.print(f"[bold]miniagent bench[/] on {f['cores']} cores")
+    console.print(f"[bold]miniagent bench[/] on {f['cores']} cores, traces {os.environ.get('MINIAGENT_TRACES') or 'off'}")
     if "a_turn_latency" in f:
         _print_a(console, f["a_turn_latency"])
     if "b_kv_reuse" in f:

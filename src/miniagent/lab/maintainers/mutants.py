@@ -70,7 +70,11 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
              "lab/harness/test_harness_watch", "lab/harness/test_harness_cli", "serving/test_start",
              "lab/maintainers/test_mutation_run", "lab/maintainers/test_check_breaks", "lab/maintainers/test_partial_fixes",
              "lab/maintainers/test_class_load_driver", "lab/maintainers/test_bench", "test_tasks", "test_task_bodies",
-             "test_settings_reach"]),
+             "test_settings_reach", "lab/commands/test_traces"]),
+    # the spans made from the trace events, the SDK's set-up in both processes, when runs are traced
+    "telemetry": (["src/miniagent/telemetry/*"],
+                  ["telemetry/test_settings", "telemetry/test_spans", "telemetry/test_export", "test_settings_reach",
+                   "lab/commands/test_traces"]),
     # the package's top level: the command line, the process module, every wing's settings read together
     "cli": (["src/miniagent/cli.py", "src/miniagent/processes.py", "src/miniagent/settings.py",
              "src/miniagent/__main__.py", "src/miniagent/__init__.py"],

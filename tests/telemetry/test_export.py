@@ -1,0 +1,99 @@
+"""Traced runs end to end (telemetry/export.py): the agent's process and the MCP server's both write OTLP JSON
+to one file, and the spans of a run form one tree across the two processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="the traces extra is not installed (pip install -e '.[traces]')")
+
+from miniagent.lab.harness.run import run_experiment  # noqa: E402
+from miniagent.telemetry.export import read_spans  # noqa: E402
+from miniagent.telemetry.settings import viewer_endpoint  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENT, SERVER = 3, 2  # OTLP's span kinds
+
+
+def ask(question: str, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "miniagent", "ask", question, "--cache-dir", "", *flags]
+
+
+def own_env() -> dict[str, str]:
+    """No MINIAGENT_* or OTEL_* variables from the developer's shell: the flags alone decide."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("MINIAGENT_", "OTEL_"))}
+
+
+def no_viewer_here() -> None:
+    if viewer_endpoint() is not None:
+        pytest.skip("`invoke traces` runs a viewer in this checkout: every run is traced, by design")
+
+
+def run_tree(spans: list[dict]) -> tuple[dict, list[dict]]:
+    """The run's span and every span of its trace (the session's handshake is a trace of its own)."""
+    [run] = [s for s in spans if s["name"] == "invoke_agent grammar_tutor"]
+    return run, [s for s in spans if s["trace_id"] == run["trace_id"]]
+
+
+def test_a_runs_spans_cross_into_the_mcp_server_under_its_tool_call_with_one_trace_id(tmp_path):
+    file = tmp_path / "traces.jsonl"
+    proc = subprocess.run(ask("What is the past simple of go for she?", "--llm", "scripted:oracle", "--traces",
+                              "file", "--traces-file", str(file)), cwd=ROOT, env=own_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    run, tree = run_tree(read_spans(file))
+    by_id = {s["span_id"]: s for s in tree}
+    assert run["parent_id"] is None and run["service"] == "miniagent"
+    [tool] = [s for s in tree if s["name"] == "execute_tool conjugate"]
+    # The SDK asks for the tool list before a session's first call (to check results against their schemas).
+    sent_under_it = {s["name"]: s for s in tree if s["parent_id"] == tool["span_id"]}
+    assert sorted(sent_under_it) == ["MCP send tools/call conjugate", "MCP send tools/list"]
+    sent = sent_under_it["MCP send tools/call conjugate"]
+    assert sent["name"] == "MCP send tools/call conjugate" and sent["kind"] == CLIENT
+    assert sent["scope"] == "mcp-python-sdk" and sent["service"] == "miniagent"
+    [served] = [s for s in tree if s["parent_id"] == sent["span_id"]]
+    assert served["name"] == "tools/call conjugate" and served["kind"] == SERVER
+    assert served["service"] == "miniagent-conjugation-server"
+    assert served["attributes"]["gen_ai.tool.name"] == "conjugate"
+    assert by_id[tool["parent_id"]] is run
+    assert sorted(s["name"] for s in tree if s["parent_id"] == run["span_id"]) == [
+        "chat oracle", "chat oracle", "execute_tool conjugate"]
+    assert run["start_ns"] <= tool["start_ns"] <= sent["start_ns"] <= served["start_ns"] <= served["end_ns"] \
+        <= sent["end_ns"] <= tool["end_ns"] <= run["end_ns"]
+
+
+def test_traces_off_load_no_sdk_in_either_process(tmp_path):
+    no_viewer_here()
+    code = ("import sys, miniagent.cli as cli, miniagent.tools.server as server\n"
+            "code = cli.main(['ask', 'What is the past simple of go for she?', '--llm', 'scripted:oracle'])\n"
+            "assert server._trace_calls() is None\n"
+            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**own_env(), "OTEL_SERVICE_NAME": "x"},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_run_the_harness_kills_still_ends_its_spans(tmp_path):
+    """SIGTERM unwinds the process (processes.Terminated): the spans the run had open are ended, marked with what
+    stopped them, and written with every span that had ended before."""
+    file = tmp_path / "traces.jsonl"
+    command = ask("Please conjugate the verb eat lovingly in the dreaming tense", "--llm", "scripted:wanderer",
+                  "--max-turns", "100000", "--max-tool-calls", "100000", "--wall-clock-s", "100000",
+                  "--max-run-tokens", "1000000000", "--decline-out-of-grammar", "false",
+                  "--traces", "file", "--traces-file", str(file))
+    record = run_experiment(command, timeout=1.5, trace_path=tmp_path / "trace.jsonl", live=False, cwd=ROOT,
+                            env=own_env(), clock="loop")
+    assert record.outcome == "timeout" and record.processes_left == []
+    run, tree = run_tree(read_spans(file))
+    assert run["attributes"]["miniagent.stopped_by"] == "Terminated" == run["attributes"]["error.type"]
+    assert "miniagent.stop_reason" not in run["attributes"], "the loop never stopped: the process did"
+    calls = [s for s in tree if s["name"].startswith("execute_tool ")]
+    # The one in flight too; a SIGTERM between the trace's line of a call and its span leaves that one out.
+    assert record.tool_calls - 1 <= len(calls) <= record.tool_calls and len(calls) >= 5
+    assert all(s["end_ns"] <= run["end_ns"] for s in calls)
