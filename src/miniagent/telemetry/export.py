@@ -53,15 +53,6 @@ class OtlpJsonLines(SpanExporter):
         pass
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("miniagent")
-    except PackageNotFoundError:  # a source tree that was never pip-installed
-        return "unknown"
-
-
 def _hex(b64: str) -> str:
     import base64
 
@@ -77,7 +68,7 @@ def start(settings: TraceSettings, service: str, send_every_s: float = 5.0) -> T
         return None
     if settings.traces == export:  # asked for by name: that beats the SDK's switch, which would make it a no-op
         os.environ.pop("OTEL_SDK_DISABLED", None)
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service, "service.version": _version()}))
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service}))
     if export == "file":  # each span written as it ends: a run killed afterwards loses only its open spans
         provider.add_span_processor(SimpleSpanProcessor(OtlpJsonLines(settings.traces_file)))
     else:
@@ -92,8 +83,7 @@ def start(settings: TraceSettings, service: str, send_every_s: float = 5.0) -> T
 
 
 def tracer() -> trace.Tracer:
-    return trace.get_tracer("miniagent", _version(),
-                            schema_url=f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}")
+    return trace.get_tracer("miniagent", schema_url=f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}")
 
 
 def read_spans(path: str | os.PathLike) -> list[dict]:

@@ -1,11 +1,9 @@
 """The spans of a run, made from the loop's trace events as they are emitted: one record, two views.
 
-Names and attributes follow the OpenTelemetry GenAI semantic conventions v1.41.0 (agent spans, inference spans,
-execute_tool): a run is ``invoke_agent grammar_tutor``, each model call ``chat {model}``, each tool call
-``execute_tool {tool}``, under which the MCP SDK's own client span and, in the server's process, its server span
-sit (the SDK carries the trace context in the request's ``_meta``). Each guard's decision is an event on the
-run's span; the stop reason and the counts are attributes of it. What the conventions do not name is
-``miniagent.*``.
+Names and attributes follow the OpenTelemetry GenAI semantic conventions v1.41.0: ``invoke_agent grammar_tutor``
+for a run, ``chat {model}`` for a model call, ``execute_tool {tool}`` for a tool call (the MCP SDK's own spans sit
+under it), each guard's decision an event of the run's span. What the conventions do not name is ``miniagent.*``.
+Why: docs/maintainers.md.
 """
 
 from __future__ import annotations

@@ -20,20 +20,20 @@ from pathlib import Path
 from typing import Sequence
 
 from ...processes import stop_group, stops_unwind
+from ...serving.start import STOP_GRACE_S
 from ...telemetry.settings import VIEWER_FILE
 from ..catalogue import ROOT
 
 DATA = ROOT / ".miniagent" / "phoenix"
 PHOENIX = [sys.executable, "-m", "phoenix.server.main", "serve"]
 READY_S = 120.0  # Phoenix's first start creates its database: tens of seconds on 2 cores
-STOP_GRACE_S = 10.0
 
 
 class ViewerNotReady(RuntimeError):
     pass
 
 
-def wait_until_it_answers(url: str, process: subprocess.Popen, timeout_s: float) -> None:
+def wait_until_it_serves(url: str, process: subprocess.Popen, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -60,7 +60,7 @@ def serve(host: str = "127.0.0.1", port: int = 6006, *, command: Sequence[str] =
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     try:
         with stops_unwind():
-            wait_until_it_answers(url, process, ready_timeout_s)
+            wait_until_it_serves(url, process, ready_timeout_s)
             viewer_file.parent.mkdir(parents=True, exist_ok=True)
             viewer_file.write_text(json.dumps({"endpoint": url, "pid": process.pid}), encoding="utf-8")
             print(f"Trace viewer: {url}  (its data: {data}; its log: {data / 'viewer.log'})\n"
