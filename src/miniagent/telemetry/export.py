@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import (BatchSpanProcessor, SimpleSpanProces
                                             SpanExportResult)
 from google.protobuf.json_format import MessageToDict
 
-from .settings import TraceSettings, export_to, otlp_endpoint, viewer_endpoint
+from .settings import TraceSettings, export_to, viewer_to_send_to
 from .spans import SEMCONV_VERSION
 
 
@@ -49,9 +49,6 @@ class OtlpJsonLines(SpanExporter):
             os.close(fd)
         return SpanExportResult.SUCCESS
 
-    def shutdown(self) -> None:
-        pass
-
 
 def _hex(b64: str) -> str:
     import base64
@@ -75,7 +72,7 @@ def start(settings: TraceSettings, service: str, send_every_s: float = 5.0) -> T
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         # The SDK's variables name the endpoint; without them, the viewer `invoke traces` runs, if any.
-        viewer = None if otlp_endpoint() else viewer_endpoint()
+        viewer = viewer_to_send_to()
         exporter = OTLPSpanExporter(endpoint=f"{viewer}/v1/traces") if viewer else OTLPSpanExporter()
         provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=int(send_every_s * 1000)))
     trace.set_tracer_provider(provider)

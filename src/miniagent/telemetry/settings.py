@@ -61,6 +61,11 @@ def viewer_endpoint(viewer: Path = VIEWER_FILE) -> str | None:
         return None
 
 
+def viewer_to_send_to(environ: Mapping[str, str] = os.environ, viewer: Path = VIEWER_FILE) -> str | None:
+    """The running viewer's endpoint, unless the SDK's own variables name one (they win)."""
+    return None if otlp_endpoint(environ) else viewer_endpoint(viewer)
+
+
 def server_env(settings: TraceSettings, environ: Mapping[str, str] = os.environ,
                viewer: Path = VIEWER_FILE) -> dict[str, str]:
     """What the MCP server needs to trace its side of the same runs: nothing when they are not traced."""
@@ -69,7 +74,7 @@ def server_env(settings: TraceSettings, environ: Mapping[str, str] = os.environ,
         return {}
     # The SDK's variables (the service, the headers, the sampler...); its switch is decided already.
     env = {name: value for name, value in environ.items() if name.startswith("OTEL_") and name != "OTEL_SDK_DISABLED"}
-    if export == "otlp" and not otlp_endpoint(environ) and (endpoint := viewer_endpoint(viewer)):
+    if export == "otlp" and (endpoint := viewer_to_send_to(environ, viewer)):
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
     env[TRACES_ENV] = export
     if export == "file":
@@ -81,7 +86,7 @@ def sandbox_env(checkout: Path, environ: Mapping[str, str] = os.environ, viewer:
     """For a run of this checkout's code in a copy of it (``invoke exp``): the copy has no viewer file of its own,
     and a traces file inside it would be deleted with it. The viewer's endpoint, and the checkout's runs/."""
     env = {}
-    if not otlp_endpoint(environ) and (endpoint := viewer_endpoint(viewer)):
+    if endpoint := viewer_to_send_to(environ, viewer):
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
     if TRACES_FILE_ENV not in environ:
         env[TRACES_FILE_ENV] = str(checkout / TraceSettings.traces_file)

@@ -56,14 +56,13 @@ class RunSpans:
         # Current while open: the MCP SDK's client span of a tool call becomes its child, in this trace.
         self.open.append((span, context.attach(trace.set_span_in_context(span))))
 
-    def _end(self, error: str | None = None, error_type: str | None = None) -> trace.Span:
+    def _end(self, error: str | None = None, error_type: str | None = None) -> None:
         span, token = self.open.pop()
         if error is not None:
             span.set_attributes({"error.type": error_type or "error"})
             span.set_status(Status(StatusCode.ERROR, error))
         span.end()
         context.detach(token)
-        return span
 
     def end_open(self, stopped_by: BaseException | None) -> None:
         """End the spans a run left open when its process is stopped from outside (SIGTERM, Ctrl-C): they are

@@ -294,11 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     if hang_on:
         print(f"fault: hang on verb {hang_on!r} (the server wedges on that call)", file=sys.stderr, flush=True)
     server = build_server(delay=delay, hang_on=hang_on)
-    # The SDK's set-up beside the handshake, not before it: the client waits for the handshake, and a tool call
-    # comes only once its model is loaded, long after. A request before it is done (the handshake) is not traced.
-    tracing = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    spans = tracing.submit(_trace_calls)
-    tracing.shutdown(wait=False)
+    spans = _trace_calls()
     # The verb lexicon takes a few hundred ms to load: load it before serving,
     # so the handshake pays for it once and no tool call (with its own short
     # timeout) ever does.
@@ -317,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
     # The client closed stdin and every answer is flushed: nothing is left to
     # clean up.  Skipping the interpreter's teardown of the SDK's big module
     # graph saves ~0.25 s on every client close.
-    if spans.result() is not None:  # the exit below skips every atexit handler, the SDK's flush among them
+    if spans is not None:  # the exit below skips every atexit handler, the SDK's flush among them
         spans.result().shutdown()
     with contextlib.suppress(BrokenPipeError):
         sys.stdout.flush()
@@ -325,9 +321,9 @@ def main(argv: list[str] | None = None) -> None:
     os._exit(0)
 
 
-def _trace_calls() -> Any:
-    """The SDK's tracer provider when the client traces its runs (then the SDK's own middleware makes a span of
-    each request, under the client's); None, and the SDK not loaded, otherwise."""
+def _trace_calls() -> concurrent.futures.Future | None:
+    """The SDK's tracer provider, being set up, when the client traces its runs (then the SDK's own middleware
+    makes a span of each request, under the client's); None, and the SDK not loaded, otherwise."""
     from ..telemetry.settings import export_to, from_server_env
 
     settings = from_server_env()
@@ -335,8 +331,14 @@ def _trace_calls() -> Any:
         return None
     from ..telemetry import export
 
-    # Sent often: the server has no SIGTERM handler (its client stops it), so what it still holds then is lost.
-    return export.start(settings, "miniagent-conjugation-server", send_every_s=0.2)
+    # Set up beside the handshake, not before it: the client waits for the handshake, and a tool call comes only
+    # once its model is loaded, long after; a request before it is done (the handshake) is not traced. Sent
+    # often: the server has no SIGTERM handler (its client stops it), so what it still holds then is lost.
+    tracing = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        return tracing.submit(export.start, settings, "miniagent-conjugation-server", send_every_s=0.2)
+    finally:
+        tracing.shutdown(wait=False)
 
 
 if __name__ == "__main__":
