@@ -50,6 +50,9 @@ class FakeContext(Context):
         self.commands.append(command)
         return self.result
 
+    def _run(self, runner, command, **kwargs):  # kit.status's way in, with its own runner
+        return self.run(command, **kwargs)
+
 
 @pytest.fixture
 def english_reports(monkeypatch):
@@ -604,6 +607,51 @@ def test_a_task_killed_by_sigterm_or_a_closed_terminal_still_stops_what_it_start
     assert proc.returncode == 128 + sig
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)
+
+
+RUNS_A_COMMAND = """
+import sys
+sys.path.insert(0, {root!r})
+import tasks
+from invoke import Context
+
+@tasks.task
+def runs(c):
+    tasks.kit.run(c, {command!r})
+
+runs(Context())
+"""
+# The command: what a lab command does (it unwinds on SIGTERM, stops what it started, then says so).
+STOPPABLE_COMMAND = """
+import sys, time
+from miniagent.processes import stops_unwind
+with stops_unwind():
+    try:
+        print("running", flush=True)
+        {naps}
+    finally:
+        print("the command stopped what it started", flush=True)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_task_killed_by_sigterm_or_sighup_stops_the_command_it_runs(sig, tmp_path):
+    """invoke passes on only Ctrl-C (as a byte on stdin): without kit.StoppingRunner, `kill` of `invoke traces`
+    left invoke waiting and the viewer running."""
+    script = tmp_path / "command.py"
+    script.write_text(STOPPABLE_COMMAND.format(naps=NAPS_60_S), encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-c", RUNS_A_COMMAND.format(
+        root=str(ROOT), command=f"{sys.executable} {script}")], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "running\n"
+    command = psutil.Process(proc.pid).children()[0]
+    try:
+        proc.send_signal(sig)  # to the task only, as `kill PID` does (a terminal's Ctrl-C reaches the whole group)
+        assert proc.wait(timeout=60) == 128 + sig
+    finally:
+        with contextlib.suppress(psutil.Error):
+            command.kill()
+    assert proc.stdout.read() == "the command stopped what it started\n"
+    assert not command.is_running() or command.status() == psutil.STATUS_ZOMBIE
 
 
 def test_without_it_a_sigterm_skips_the_finally_and_leaves_the_child():

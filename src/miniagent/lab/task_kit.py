@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Callable
 
 from invoke import task as invoke_task
+from invoke.runners import Local
 
+from ..processes import Terminated
 from .catalogue import ROOT
 
 
@@ -106,12 +108,26 @@ class Output:
         """write() flushes."""
 
 
+class StoppingRunner(Local):
+    """invoke's runner, except that a task stopped by SIGTERM or SIGHUP stops its command too. invoke passes on
+    only Ctrl-C, as a byte on the command's stdin (a terminal's Ctrl-C reaches the command anyway), and would then
+    wait for a command nobody told to stop (``kill`` of ``invoke traces`` left the viewer running)."""
+
+    def wait(self) -> None:
+        try:
+            super().wait()
+        except Terminated:
+            self.process.terminate()  # the lab's commands unwind on SIGTERM and stop what they started
+            raise
+
+
 def status(c, command: str, *, who: str, trace: Path | None = None) -> int:
     """:func:`run`'s work without the exit: the command's status (128 + the signal when it died of one,
     named in one clear report)."""
     out, err = Output(sys.stdout), Output(sys.stderr)
     with c.cd(str(ROOT)):  # a Result always: nothing here disowns or runs in the background
-        result = c.run(command, warn=True, out_stream=out, err_stream=err)
+        # Context._run is invoke's own place for another runner (changing c.config would reset the task's config)
+        result = c._run(StoppingRunner(c), command, warn=True, out_stream=out, err_stream=err)
     if out.reader_gone or err.reader_gone:
         reader_gone()
     if result.exited is not None and result.exited < 0:
