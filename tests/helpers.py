@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -287,3 +289,34 @@ def exit_status(call) -> int:
     except SystemExit as done:
         return 0 if done.code is None else done.code
     return 0
+
+
+def wait_for_server(agent: subprocess.Popen, timeout: float = 20.0) -> psutil.Process:
+    """The agent's MCP server process, once started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(agent.pid).children(recursive=True):
+            try:
+                if "miniagent.tools.server" in " ".join(child.cmdline()):
+                    return child
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.05)
+    raise AssertionError("the MCP server never started")
+
+
+def wait_for_tool_call(trace: Path, timeout: float = 60.0) -> None:
+    """Until the agent has sent its call: only then is the server wedged (before, it would exit on EOF).
+
+    Waiting for the trace, not a fixed sleep: on a busy machine start-up alone can take longer than any
+    sleep chosen on an idle one, and the test would then pass with the guard removed.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if trace.exists():
+            for line in trace.read_text(encoding="utf-8").splitlines():
+                with contextlib.suppress(ValueError):
+                    if json.loads(line).get("event") == "tool_call":
+                        return
+        time.sleep(0.05)
+    raise AssertionError("the agent never called the tool")

@@ -6,52 +6,19 @@ agent's group does not reach it: only the agent's own clean-up does.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import LineWatch
+from helpers import LineWatch, wait_for_server, wait_for_tool_call
 
 ROOT = Path(__file__).resolve().parents[1]
 HUNG_AGENT = [sys.executable, "-m", "miniagent", "ask", "What is the past simple of eat for I?",
               "--llm", "scripted:stubborn", "--fault-hang-on", "eat", "--tool-timeout-s", "60", "--wall-clock-s", "60"]
-
-
-def _wait_for_server(agent: subprocess.Popen, timeout: float = 20.0) -> psutil.Process:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for child in psutil.Process(agent.pid).children(recursive=True):
-            try:
-                if "miniagent.tools.server" in " ".join(child.cmdline()):
-                    return child
-            except psutil.NoSuchProcess:
-                continue
-        time.sleep(0.05)
-    raise AssertionError("the MCP server never started")
-
-
-def _wait_for_tool_call(trace: Path, timeout: float = 60.0) -> None:
-    """Until the agent has sent its call: only then is the server wedged (before, it would exit on EOF).
-
-    Waiting for the trace, not a fixed sleep: on a busy machine start-up alone can take longer than any
-    sleep chosen on an idle one, and the test would then pass with the guard removed.
-    """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if trace.exists():
-            for line in trace.read_text(encoding="utf-8").splitlines():
-                with contextlib.suppress(ValueError):
-                    if json.loads(line).get("event") == "tool_call":
-                        return
-        time.sleep(0.05)
-    raise AssertionError("the agent never called the tool")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -61,9 +28,9 @@ def test_signal_to_the_agent_group_leaves_no_server(sig, tmp_path):
     agent = subprocess.Popen([*HUNG_AGENT, "--trace", str(trace)], cwd=ROOT, env=env, start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wedged = LineWatch(agent.stderr)  # the server shares the agent's stderr and says when the call wedged it
-    server = _wait_for_server(agent)
+    server = wait_for_server(agent)
     try:
-        _wait_for_tool_call(trace)
+        wait_for_tool_call(trace)
         wedged.wait()
         # The server leads a group of its own: the signal reaches it only through the agent's cleanup
         assert os.getpgid(server.pid) != agent.pid

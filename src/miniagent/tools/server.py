@@ -329,16 +329,23 @@ def _trace_calls() -> concurrent.futures.Future | None:
     settings = from_server_env()
     if export_to(settings) is None:
         return None
-    from ..telemetry import export
-
     # Set up beside the handshake, not before it: the client waits for the handshake, and a tool call comes only
-    # once its model is loaded, long after; a request before it is done (the handshake) is not traced. Sent
-    # often: the server has no SIGTERM handler (its client stops it), so what it still holds then is lost.
+    # once its model is loaded, long after; a request before it is done (the handshake) is not traced.
     tracing = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     try:
-        return tracing.submit(export.start, settings, "miniagent-conjugation-server", send_every_s=0.2)
+        return tracing.submit(_start_tracing, settings)
     finally:
         tracing.shutdown(wait=False)
+
+
+def _start_tracing(settings):
+    """This process's tracer provider, and the watch that tells the trace when the server outlives its agent."""
+    from ..telemetry import export, orphan
+
+    # Sent often: the server has no SIGTERM handler (its client stops it), so what it still holds then is lost.
+    provider = export.start(settings, "miniagent-conjugation-server", send_every_s=0.2)
+    orphan.watch(provider)  # a server that outlives its agent (break 09) shows it in the trace
+    return provider
 
 
 if __name__ == "__main__":

@@ -73,8 +73,8 @@ WINGS: dict[str, tuple[list[str], list[str]]] = {
              "test_settings_reach", "lab/commands/test_traces"]),
     # the spans made from the trace events, the SDK's set-up in both processes, when runs are traced
     "telemetry": (["src/miniagent/telemetry/*"],
-                  ["telemetry/test_settings", "telemetry/test_spans", "telemetry/test_export", "test_settings_reach",
-                   "lab/commands/test_traces"]),
+                  ["telemetry/test_settings", "telemetry/test_spans", "telemetry/test_export", "telemetry/test_orphan",
+                   "test_settings_reach", "lab/commands/test_traces"]),
     # the package's top level: the command line, the process module, every wing's settings read together
     "cli": (["src/miniagent/cli.py", "src/miniagent/processes.py", "src/miniagent/settings.py",
              "src/miniagent/__main__.py", "src/miniagent/__init__.py"],

@@ -1,0 +1,97 @@
+"""A traced MCP server that outlives its agent says so in the trace (telemetry/orphan.py): the agent is killed on
+the spot while the server is wedged in a call, as break 09 lets happen, and the server's spans go on after it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import LineWatch, wait_for_server, wait_for_tool_call
+
+pytest.importorskip("opentelemetry.sdk", reason="the traces extra is not installed (pip install -e '.[traces]')")
+
+from miniagent.telemetry import orphan  # noqa: E402
+from miniagent.telemetry.export import read_spans  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+ERROR = 2  # OTLP's status code
+
+
+def orphaned_spans(file: Path, count: int, within: float = 30.0) -> list[dict]:
+    """The server's orphaned spans, once there are ``count`` of them (the bound only keeps a broken watch from
+    hanging the suite)."""
+    until = time.monotonic() + within
+    while time.monotonic() < until:
+        spans = read_spans(file) if file.exists() else []
+        found = [s for s in spans if s["name"].startswith("orphaned ")]
+        if len(found) >= count:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} orphaned spans in {within} s")
+
+
+def test_a_server_left_behind_by_its_agent_goes_on_in_the_trace(tmp_path):
+    file, trace = tmp_path / "traces.jsonl", tmp_path / "trace.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MINIAGENT_", "OTEL_"))}
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "miniagent", "ask", "What is the past simple of eat for I?", "--cache-dir", "",
+         "--llm", "scripted:stubborn", "--fault-hang-on", "eat", "--tool-timeout-s", "60", "--wall-clock-s", "60",
+         "--trace", str(trace), "--traces", "file", "--traces-file", str(file)],
+        cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wedged = LineWatch(agent.stderr)
+    server = wait_for_server(agent)
+    try:
+        wait_for_tool_call(trace)
+        wedged.wait()
+        assert [s for s in read_spans(file) if s["name"].startswith("orphaned ")] == [], "the agent still runs"
+        os.kill(agent.pid, signal.SIGKILL)  # dies on the spot, as without its SIGTERM handler: nothing unwinds
+        agent.wait(timeout=10)
+        gone_ns = time.time_ns()
+        first, second = orphaned_spans(file, 2)[:2]
+        assert server.is_running()
+    finally:
+        server.kill()
+    chats = [s for s in read_spans(file) if s["name"].startswith("chat ")]
+    assert chats, "the model call ended before the kill and was written"
+    for span in (first, second):
+        assert span["name"] == "orphaned tools/call conjugate"
+        assert span["service"] == "miniagent-conjugation-server" and span["status"] == ERROR
+        assert span["trace_id"] == chats[0]["trace_id"], "in the agent's trace"
+        assert span["attributes"]["miniagent.orphan.agent_pid"] == agent.pid
+        assert span["attributes"]["process.pid"] == server.pid
+        assert span["attributes"]["process.parent_pid"] != agent.pid
+    # Under the open request (never written: it never ends), the same one each time, and after the agent's spans
+    assert first["parent_id"] == second["parent_id"] not in {s["span_id"] for s in read_spans(file)}
+    assert max(s["end_ns"] for s in chats) <= first["start_ns"] <= first["end_ns"] <= second["start_ns"]
+    assert second["end_ns"] - second["start_ns"] >= orphan.FIRST_S * 1e9 * 0.9
+    assert first["start_ns"] <= gone_ns
+
+
+def test_a_server_whose_agent_lives_writes_no_orphaned_span(tmp_path):
+    """The fixed twin: the agent's SIGTERM handler unwinds and closes its client, which stops the wedged server."""
+    file, trace = tmp_path / "traces.jsonl", tmp_path / "trace.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MINIAGENT_", "OTEL_"))}
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "miniagent", "ask", "What is the past simple of eat for I?", "--cache-dir", "",
+         "--llm", "scripted:stubborn", "--fault-hang-on", "eat", "--tool-timeout-s", "60", "--wall-clock-s", "60",
+         "--trace", str(trace), "--traces", "file", "--traces-file", str(file)],
+        cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wedged = LineWatch(agent.stderr)
+    server = wait_for_server(agent)
+    try:
+        wait_for_tool_call(trace)
+        wedged.wait()
+        os.kill(agent.pid, signal.SIGTERM)
+        agent.wait(timeout=60)
+        server.wait(timeout=10)
+    finally:
+        if server.is_running():
+            server.kill()
+    spans = read_spans(file)
+    assert [s for s in spans if s["name"] == "invoke_agent grammar_tutor"], "the agent's run span was written"
+    assert [s for s in spans if s["name"].startswith("orphaned ")] == []
