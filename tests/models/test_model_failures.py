@@ -7,8 +7,6 @@ backend shows that decoding stops between tokens when the run's time is up.
 
 from __future__ import annotations
 
-import contextlib
-import http.server
 import json
 import subprocess
 import sys
@@ -17,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import FakeTools, config
+from helpers import FakeModelServer, FakeTools, config
 
 from miniagent.agent.loop import grammar_tutor
 from miniagent.agent.ports import Entry
@@ -26,89 +24,6 @@ from miniagent.models.openai_compat import OpenAIBackend
 ROOT = Path(__file__).resolve().parents[2]
 GRACE_S = 0.5  # what theory 05 promises beyond wall_clock_s
 QUESTION = "What is the past simple of go for she?"
-
-
-class FakeModelServer:
-    """Answers every POST with ``reply`` (status, body); ``hang`` never answers until closed.
-
-    A streamed request (``"stream": true``, the scored decoding's log-probabilities) gets the body as
-    one server-sent event; ``answer`` may replace the fixed reply: (request) -> (status, body).
-    ``pings``: a streamed request is answered at once and then only kept alive, a keep-alive comment every
-    0.05 s for 5 s and no event, in HTTP/1.1 chunks as llama-cpp-python's server does (every 15 s) while a
-    request waits for the model; ``drops``: the stream is answered, then the connection dropped after one
-    comment. A request that is not streamed hangs in both.
-    """
-
-    def __init__(self, status: int = 200, body: bytes = b"{}", hang: bool = False, answer=None,
-                 pings: bool = False, drops: bool = False) -> None:
-        self.status, self.body, self.answer = status, body, answer
-        self.hang, self.pings, self.drops = hang or pings or drops, pings, drops
-        self.release = threading.Event()
-        self.requests: list[dict] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - the stdlib's name
-                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                try:
-                    request = json.loads(raw)
-                except json.JSONDecodeError:
-                    request = {}
-                outer.requests.append(request)
-                if (outer.pings or outer.drops) and request.get("stream"):
-                    self.protocol_version = "HTTP/1.1"  # chunks, so that a stream cut short is not a whole one
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
-                    for _ in range(1 if outer.drops else 100):
-                        if outer.release.wait(0.05):
-                            break
-                        try:
-                            self.wfile.write(b"a\r\n: ping\r\n\r\n\r\n")  # one chunk of 10 bytes
-                            self.wfile.flush()
-                        except OSError:  # the client cut the stream: nobody is left to keep alive
-                            break
-                    if outer.pings:
-                        with contextlib.suppress(OSError):
-                            self.wfile.write(b"0\r\n\r\n")  # the stream's end, without a single event
-                    self.close_connection = True
-                    return
-                if outer.hang:
-                    outer.release.wait(30)
-                    return
-                status, body = outer.answer(request) if outer.answer else (outer.status, outer.body)
-                kind = "application/json"
-                if request.get("stream") and status == 200:
-                    body, kind = b"data: " + body + b"\n\ndata: [DONE]\n\n", "text/event-stream"
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST  # noqa: N815 - the model list (GET /models) is answered the same way
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        # shutdown() waits for the serving loop's next look at its flag: every 0.5 s by default, paid by every test
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> "FakeModelServer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def ask_openai(server: FakeModelServer, decode: str = "scored", **overrides):

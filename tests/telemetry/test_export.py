@@ -3,12 +3,14 @@ to one file, and the spans of a run form one tree across the two processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import FakeModelServer
 
 pytest.importorskip("opentelemetry.sdk", reason="the traces extra is not installed (pip install -e '.[traces]')")
 
@@ -65,6 +67,36 @@ def test_a_runs_spans_cross_into_the_mcp_server_under_its_tool_call_with_one_tra
         "chat oracle", "chat oracle", "execute_tool conjugate"]
     assert run["start_ns"] <= tool["start_ns"] <= sent["start_ns"] <= served["start_ns"] <= served["end_ns"] \
         <= sent["end_ns"] <= tool["end_ns"] <= run["end_ns"]
+
+
+def test_a_run_on_a_class_model_server_is_traced_with_client_spans_for_its_model_calls(tmp_path):
+    """--llm openai (a teacher's model server): each model call is a request to another process, a CLIENT span."""
+    replies = ['{"tool": "conjugate", "verb": "go", "tense": "past simple", "person": "she"}', '{"answer": "she went"}']
+
+    def answer(request):
+        if "prompt" not in request and "messages" not in request:  # GET /models
+            return 200, b'{"data": [{"id": "class-model"}]}'
+        if request.get("max_tokens") == 1:  # the client's start-up checks of the server
+            return 200, json.dumps({"choices": [{"text": "x", "finish_reason": "length"}]}).encode()
+        content = replies.pop(0)  # as a completion's text or a chat's message, whichever the client asked for
+        choice = {"text": content, "message": {"content": content}, "finish_reason": "stop"}
+        return 200, json.dumps({"choices": [choice], "usage": {"prompt_tokens": 40, "completion_tokens": 9}}).encode()
+
+    file = tmp_path / "traces.jsonl"
+    with FakeModelServer(answer=answer) as server:
+        proc = subprocess.run(ask("What is the past simple of go for she?", "--llm", "openai", "--openai-base-url",
+                                  server.url, "--openai-model", "class-model", "--decode", "greedy",
+                                  "--traces", "file", "--traces-file", str(file)),
+                              cwd=ROOT, env=own_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    run, tree = run_tree(read_spans(file))
+    assert run["attributes"]["gen_ai.provider.name"] == "openai" and run["attributes"]["miniagent.answer"] == "she went"
+    chats = [s for s in tree if s["name"] == "chat class-model"]
+    assert len(chats) == 2 and {s["kind"] for s in chats} == {CLIENT}
+    assert [s["attributes"]["gen_ai.usage.input_tokens"] for s in chats] == [40, 40]
+    assert run["attributes"]["gen_ai.usage.output_tokens"] == 18
+    assert [s["name"] for s in tree if s["parent_id"] == run["span_id"]] == [
+        "chat class-model", "execute_tool conjugate", "chat class-model"]
 
 
 def test_traces_off_load_no_sdk_in_either_process(tmp_path):
