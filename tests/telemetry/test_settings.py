@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,8 +77,11 @@ def test_a_run_in_a_copy_of_the_checkout_is_sent_to_its_viewer_and_writes_into_i
 
     viewer = tmp_path / "viewer.json"
     assert sandbox_env(tmp_path, {}, viewer) == {"MINIAGENT_TRACES_FILE": str(tmp_path / "runs/traces.otlp.jsonl")}
-    assert sandbox_env(tmp_path, {"MINIAGENT_TRACES_FILE": "/mine.jsonl"}, viewer) == {}
+    mine = {"MINIAGENT_TRACES_FILE": "/mine.jsonl"}
+    assert sandbox_env(tmp_path, mine, viewer) == mine
+    # relative to where the learner is, not to the copy the run starts in
+    assert sandbox_env(tmp_path, {"MINIAGENT_TRACES_FILE": "mine.jsonl"}, viewer) == {
+        "MINIAGENT_TRACES_FILE": str(Path.cwd() / "mine.jsonl")}
     viewer.write_text(json.dumps({"endpoint": "http://127.0.0.1:6006", "pid": os.getpid()}))
-    assert sandbox_env(tmp_path, {"MINIAGENT_TRACES_FILE": "/mine.jsonl"}, viewer) == {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:6006"}
-    assert sandbox_env(tmp_path, {"MINIAGENT_TRACES_FILE": "/m", **ENDPOINT}, viewer) == {}, "the SDK's own wins"
+    assert sandbox_env(tmp_path, mine, viewer) == {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:6006", **mine}
+    assert sandbox_env(tmp_path, {**mine, **ENDPOINT}, viewer) == mine, "the SDK's own wins"

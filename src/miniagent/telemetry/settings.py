@@ -88,8 +88,8 @@ def sandbox_env(checkout: Path, environ: Mapping[str, str] = os.environ, viewer:
     env = {}
     if endpoint := viewer_to_send_to(environ, viewer):
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
-    if TRACES_FILE_ENV not in environ:
-        env[TRACES_FILE_ENV] = str(checkout / TraceSettings.traces_file)
+    # A file named relative to where the learner is, not to the copy the run starts in.
+    env[TRACES_FILE_ENV] = str(Path(environ.get(TRACES_FILE_ENV) or checkout / TraceSettings.traces_file).resolve())
     return env
 
 

@@ -80,6 +80,19 @@ def test_a_break_runs_with_its_own_question_timeout_model_and_flags(harness, sho
     assert not sandbox.exists(), "the source copy outlived its run"
 
 
+def test_a_file_the_learner_names_is_found_from_where_they_typed_not_in_the_sandbox(harness, shown, tmp_path,
+                                                                                    monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    experiment.exp("no-dedup", live=False, runs_dir=tmp_path, model_flags=[
+        "--traces-file", "mine.jsonl", "--model", "models/other.gguf", "--decode", "greedy", "--cache-dir", "c"])
+    [(command, _kwargs)] = harness.calls
+    assert command[-8:] == ["--traces-file", str(tmp_path / "mine.jsonl"),
+                            "--model", str(tmp_path / "models/other.gguf"),
+                            "--decode", "greedy", "--cache-dir", str(tmp_path / "c")]
+    experiment.exp("no-dedup", live=False, runs_dir=tmp_path, model_flags=["--cache-dir", ""])
+    assert harness.calls[1][0][-2:] == ["--cache-dir", ""], "the cache turned off stays off"
+
+
 def test_what_the_learner_gives_replaces_the_breaks_own_setup(harness, shown, tmp_path):
     experiment.exp("no-cap", question="Q?", timeout=2.5, llm="scripted:oracle", flags=[], live=True,
                    runs_dir=tmp_path)

@@ -71,7 +71,7 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
     question = question or (brk.input if brk else "What is the present perfect of would for you?")
     timeout = timeout or (brk.timeout_s if brk else 30.0)
     llm = llm or (brk.llm if brk else "llama")
-    run_flags = (flags if flags is not None else (brk.flags if brk else [])) + list(model_flags or [])
+    run_flags = (flags if flags is not None else (brk.flags if brk else [])) + outside_the_sandbox(model_flags or [])
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     record, json_path, svg_path = _run_in_sandbox(brk, question, llm, run_flags, timeout, live=live and not as_json,
                                                   quiet=as_json, runs_dir=runs_dir)
@@ -84,6 +84,20 @@ def exp(variant: str, *, question: str | None = None, timeout: float | None = No
     if prediction is not None and brk is not None and learner:
         _score(brk, learner, prediction, record, json_path, svg_path, stamp)
     return record
+
+
+# Flags that name a file or folder of the learner's, from where they typed the command ('' turns the cache off).
+FILE_FLAGS = ("--model", "--traces-file", "--cache-dir")
+
+
+def outside_the_sandbox(flags: list[str]) -> list[str]:
+    """``flags`` with each path named by one of :data:`FILE_FLAGS` made absolute: the run's working directory is
+    the sandbox, where a relative path would point into the copy (and a traces file would go with it)."""
+    out = list(flags)
+    for i in range(len(out) - 1):
+        if out[i] in FILE_FLAGS and out[i + 1]:
+            out[i + 1] = str(Path(out[i + 1]).resolve())
+    return out
 
 
 def _run_in_sandbox(brk: Break | None, question: str, llm: str, run_flags: list[str], timeout: float, *,
