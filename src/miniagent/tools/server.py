@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only, keeps the import cheap
     from mcp.server.lowlevel import Server
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from ..telemetry.settings import TraceSettings
 
 SERVER_NAME = "miniagent-conjugation"
 DELAY_ENV = "MINIAGENT_FAULT_DELAY"
@@ -338,7 +341,7 @@ def _trace_calls() -> concurrent.futures.Future | None:
         tracing.shutdown(wait=False)
 
 
-def _start_tracing(settings):
+def _start_tracing(settings: TraceSettings) -> TracerProvider | None:
     """This process's tracer provider, and the watch that tells the trace when the server outlives its agent."""
     from ..telemetry import export, orphan
 
