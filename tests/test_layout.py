@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -226,3 +227,21 @@ def test_the_tests_mirror_the_package_folder_by_folder():
     assert {f for f in folders if f.parts and f.parts[0] != "docs" and not (PACKAGE / f).is_dir()} == set()
     parts = {p.relative_to(PACKAGE) for p in PACKAGE.rglob("*") if p.is_dir() and any(p.glob("[!_]*.py"))}
     assert {f for f in parts if not (tests / f).is_dir()} == set(), "a package folder without its tests' folder"
+
+
+# Every Python project's own files: named by their kind, not by the README's layout.
+PROJECT_FILES = {"README.md", "pyproject.toml", ".gitignore"}
+
+
+def test_the_top_level_holds_only_what_the_readme_layout_names():
+    """A stray file at the top (a pyflakes wheel stood there for a day) is caught, and so is a README that
+    forgets a folder."""
+    root = PACKAGE.parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout: the tracked files cannot be listed")
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout
+    top = {line.split("/")[0] + ("/" if "/" in line else "") for line in tracked.splitlines()}
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout"):]
+    unnamed = sorted(entry for entry in top - PROJECT_FILES if f"`{entry}" not in layout)
+    assert unnamed == [], "top-level entries the README's Layout does not name"
