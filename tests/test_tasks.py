@@ -561,6 +561,13 @@ def test_every_test_file_is_run_by_a_mutation_wing_or_says_why_not():
     assert not named & set(NO_WING)
 
 
+def test_the_mutants_help_names_every_wing_in_order():
+    from miniagent.lab.maintainers.mutants import WINGS
+
+    assert kit.help_for("mutants")["wing"] == (
+        f"the wings to mutate, comma-separated: {', '.join(WINGS)} (default: all)")
+
+
 def test_every_source_file_is_mutated_by_a_wing():
     """The same for the code: a module no wing's paths match (miniagent/settings.py, when it was new) is a part of
     the package that mutation testing never changes."""
