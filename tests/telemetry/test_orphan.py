@@ -3,10 +3,12 @@ the spot while the server is wedged in a call, as break 09 lets happen, and the 
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,3 +100,54 @@ def test_a_server_whose_agent_lives_writes_no_orphaned_span(tmp_path):
     spans = read_spans(file)
     assert [s for s in spans if s["name"] == "invoke_agent grammar_tutor"], "the agent's run span was written"
     assert [s for s in spans if s["name"].startswith("orphaned ")] == []
+
+
+def test_the_intervals_double_up_to_the_longest():
+    assert list(itertools.islice(orphan.doubling(0.25, 60.0), 11)) == [0.25, 0.5, 1, 2, 4, 8, 16, 32, 60, 60, 60]
+    assert (orphan.FIRST_S, orphan.MOST_S, orphan.POLL_S) == (0.25, 60.0, 0.1)
+
+
+def test_the_watch_is_quiet_while_the_agent_lives_then_writes_under_each_open_request_until_it_ends():
+    """In-process, the agent's death played by the parent's pid changing (so mutation testing sees it too)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider, exporter, open_spans = TracerProvider(), InMemorySpanExporter(), orphan.OpenSpans()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(open_spans)
+    tracer = provider.get_tracer("test")
+    request = tracer.start_span("tools/call conjugate")
+    tracer.start_span("tools/list").end()  # ended before: nothing is written under it
+    assert [span.name for span in open_spans.now()] == ["tools/call conjugate"]
+    agent_alive = threading.Event()
+    agent_alive.set()
+    watch = threading.Thread(target=orphan._watch, args=(provider, open_spans, 4242, 0.005, 0.02, 0.04),
+                             kwargs={"parent_now": lambda: 4242 if agent_alive.is_set() else 1}, daemon=True)
+    watch.start()
+    time.sleep(0.1)
+    assert exporter.get_finished_spans()[1:] == (), "nothing while the agent lives"
+    killed_ns = time.time_ns()
+    agent_alive.clear()
+    until = time.monotonic() + 30
+    while len(exporter.get_finished_spans()) < 5 and time.monotonic() < until:
+        time.sleep(0.01)
+    request.end()
+    watch.join(timeout=30)
+    assert not watch.is_alive(), "the watch ends with the last open request"
+    tiles = [span for span in exporter.get_finished_spans() if span.name.startswith("orphaned ")]
+    assert len(tiles) >= 4 and {span.name for span in tiles} == {"orphaned tools/call conjugate"}
+    for span in tiles:
+        assert span.parent.span_id == request.context.span_id and span.context.trace_id == request.context.trace_id
+        assert span.status.status_code.name == "ERROR"
+        assert span.status.description == "the agent (pid 4242) is gone; this server still runs"
+        assert dict(span.attributes, **{"miniagent.orphan.alone_s": 0}) == {
+            "miniagent.orphan.agent_pid": 4242, "process.pid": os.getpid(), "process.parent_pid": 1,
+            "miniagent.orphan.alone_s": 0}
+    assert tiles[0].start_time <= killed_ns <= tiles[0].end_time
+    assert all(a.end_time == b.start_time for a, b in itertools.pairwise(tiles)), "each follows on"
+    alone = [span.attributes["miniagent.orphan.alone_s"] for span in tiles]
+    assert alone == sorted(alone) and alone[0] < alone[-1]
+    assert alone[0] == round((tiles[0].end_time - tiles[0].start_time) / 1e9, 3)
+    # After each, the watch sleeps the next interval: 0.02, then 0.04 and no longer (at least that, on any machine)
+    assert tiles[1].end_time - tiles[1].start_time >= 0.02e9 and tiles[2].end_time - tiles[2].start_time >= 0.04e9

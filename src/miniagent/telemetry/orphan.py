@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Callable, Iterator
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
@@ -53,24 +54,34 @@ def watch(provider: TracerProvider, poll_s: float = POLL_S, first_s: float = FIR
 
 
 def _watch(provider: TracerProvider, open_spans: OpenSpans, parent: int, poll_s: float, first_s: float,
-           most_s: float) -> None:
+           most_s: float, parent_now: Callable[[], int] = os.getppid) -> None:
     seen_alive = time.time_ns()
-    while os.getppid() == parent:
+    while parent_now() == parent:
         seen_alive = time.time_ns()
         time.sleep(poll_s)
     tracer = provider.get_tracer("miniagent")
-    since, interval = seen_alive, first_s
-    while requests := [span for span in open_spans.now() if not span.name.startswith("orphaned ")]:
+    since = seen_alive
+    for interval in doubling(first_s, most_s):
+        requests = [span for span in open_spans.now() if not span.name.startswith("orphaned ")]
+        if not requests:
+            return
         now = time.time_ns()
         for request in requests:
             span = tracer.start_span(f"orphaned {request.name}", context=trace.set_span_in_context(request),
                                      start_time=since, attributes={
                                          "miniagent.orphan.agent_pid": parent, "process.pid": os.getpid(),
-                                         "process.parent_pid": os.getppid(),
+                                         "process.parent_pid": parent_now(),
                                          "miniagent.orphan.alone_s": round((now - seen_alive) / 1e9, 3)})
             span.set_status(Status(StatusCode.ERROR, f"the agent (pid {parent}) is gone; this server still runs"))
             span.end(end_time=now)
         provider.force_flush()
         since = now
         time.sleep(interval)
+
+
+def doubling(first_s: float, most_s: float) -> Iterator[float]:
+    """``first_s``, then twice the one before, never more than ``most_s``."""
+    interval = first_s
+    while True:
+        yield interval
         interval = min(interval * 2, most_s)
