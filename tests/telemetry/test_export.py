@@ -129,3 +129,48 @@ def test_a_run_the_harness_kills_still_ends_its_spans(tmp_path):
     # The one in flight too; a SIGTERM between the trace's line of a call and its span leaves that one out.
     assert record.tool_calls - 1 <= len(calls) <= record.tool_calls and len(calls) >= 5
     assert all(s["end_ns"] <= run["end_ns"] for s in calls)
+
+
+def test_the_file_holds_each_span_as_otlp_json_and_reads_back_field_by_field(tmp_path):
+    """In-process (mutation testing sees it): spans written by OtlpJsonLines, read back by read_spans."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+
+    from miniagent.telemetry.export import OtlpJsonLines
+
+    file = tmp_path / "deep" / "traces.jsonl"
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc"}))
+    provider.add_span_processor(SimpleSpanProcessor(OtlpJsonLines(file)))
+    tracer = provider.get_tracer("scope-x")
+    parent = tracer.start_span("parent", kind=SpanKind.SERVER, start_time=1_000)
+    child = tracer.start_span("child", context=set_span_in_context(parent),
+                              start_time=2_000, attributes={
+                                  "s": "text", "b": True, "i": 7, "f": 0.5, "l": ["a", "b"], "li": [1, 2]})
+    child.add_event("guard x", attributes={"n": 1})
+    child.set_status(Status(StatusCode.ERROR, "bad"))
+    child.end(end_time=3_000)
+    parent.end(end_time=4_000)
+    lines = file.read_text().splitlines()
+    assert len(lines) == 2, "one line per export"
+    child_read, parent_read = read_spans(file)
+    trace_id = f"{parent.context.trace_id:032x}"
+    assert parent_read == {"name": "parent", "trace_id": trace_id, "span_id": f"{parent.context.span_id:016x}",
+                           "parent_id": None, "kind": SERVER, "status": 0, "service": "svc", "scope": "scope-x",
+                           "start_ns": 1_000, "end_ns": 4_000, "attributes": {}, "events": []}
+    assert child_read == {"name": "child", "trace_id": trace_id, "span_id": f"{child.context.span_id:016x}",
+                          "parent_id": f"{parent.context.span_id:016x}", "kind": 1, "status": 2, "service": "svc",
+                          "scope": "scope-x", "start_ns": 2_000, "end_ns": 3_000,
+                          "attributes": {"s": "text", "b": True, "i": 7, "f": 0.5, "l": ["a", "b"], "li": [1, 2]},
+                          "events": [{"name": "guard x", "attributes": {"n": 1}}]}
+
+
+def test_the_lab_s_tracer_names_itself_and_the_conventions_it_follows(monkeypatch):
+    from miniagent.telemetry import export
+    from miniagent.telemetry.spans import SEMCONV_VERSION
+
+    asked = []
+    monkeypatch.setattr(export.trace, "get_tracer", lambda *args, **kwargs: asked.append((args, kwargs)) or "it")
+    assert export.tracer() == "it"
+    assert asked == [(("miniagent",), {"schema_url": f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"})]

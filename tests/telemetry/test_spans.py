@@ -82,3 +82,107 @@ def test_each_guards_decision_is_an_event_of_the_run_and_a_failed_call_is_a_span
                                                                ("miniagent_scripted", "wanderer"))])
 def test_the_model_is_named_as_the_settings_name_it(llm, model, openai_model, expected):
     assert model_names(llm, model, openai_model) == expected
+
+
+def spans_of(events: list[dict], provider: str = "miniagent_scripted", model: str = "m", *, stopped_by=None):
+    """Every span RunSpans makes of hand-written events, as (name, kind, parent's name, status, description,
+    attributes, events): each field read exactly, in-process (mutation testing sees these)."""
+    memory = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(memory))
+    spans = RunSpans(tracer_provider.get_tracer("test"), provider, model)
+    for event in events:
+        spans(event)
+    if stopped_by is not False:
+        spans.end_open(stopped_by)
+    finished = memory.get_finished_spans()
+    names = {s.context.span_id: s.name for s in finished}
+    return [(s.name, s.kind.name, names.get(s.parent.span_id) if s.parent else None, s.status.status_code.name,
+             s.status.description, dict(s.attributes), [(e.name, dict(e.attributes)) for e in s.events])
+            for s in finished], finished
+
+
+RUN_START = {"event": "run_start", "question": "Q?", "config": {"max_turns": 4, "grounding": True}}
+RUN = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "grammar_tutor",
+       "gen_ai.provider.name": "miniagent_scripted", "gen_ai.request.model": "m", "miniagent.question": "Q?",
+       "miniagent.config.max_turns": 4, "miniagent.config.grounding": True}
+REPLY = {"event": "model_action", "latency_s": 0.25, "prompt_tokens": 30, "completion_tokens": 7,
+         "finish_reason": "stop", "turn": 1, "final": False, "scoring_tokens": 3, "text": '{"tool": "conjugate"}'}
+STATS = {"prompt_tokens": 30, "completion_tokens": 7, "turns": 1, "tool_calls": {"conjugate": 2, "list_tenses": 1},
+         "tool_errors": 1, "identical_calls": 1}
+
+
+def test_every_field_of_every_span_of_an_answered_run():
+    events = [RUN_START, REPLY,
+              {"event": "tool_call", "tool": "conjugate", "args": {"verb": "go"}, "forced": True},
+              {"event": "tool_result", "result": "she went"},
+              {"event": "guard", "name": "dedup", "t": 1.0, "calls": 2, "seen": ["a"]},
+              {"event": "final_round", "answer": "she went", "detail": "d"},
+              {"event": "stop", "stop_reason": "answered", "answer": "she went", "final_answer": "she went",
+               "stats": STATS},
+              {"event": "unknown_to_spans"}]
+    spans, finished = spans_of(events)
+    chat = ("chat m", "INTERNAL", "invoke_agent grammar_tutor", "UNSET", None, {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "miniagent_scripted", "gen_ai.request.model": "m",
+        "gen_ai.usage.input_tokens": 30, "gen_ai.usage.output_tokens": 7, "gen_ai.response.finish_reasons": ("stop",),
+        "miniagent.turn": 1, "miniagent.final": False, "miniagent.scoring_tokens": 3,
+        "miniagent.reply": '{"tool": "conjugate"}'}, [])
+    tool = ("execute_tool conjugate", "INTERNAL", "invoke_agent grammar_tutor", "UNSET", None, {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "conjugate", "gen_ai.tool.type": "extension",
+        "gen_ai.tool.call.arguments": '{"verb": "go"}', "miniagent.forced": True,
+        "gen_ai.tool.call.result": "she went"}, [])
+    run = ("invoke_agent grammar_tutor", "INTERNAL", None, "OK", None, {
+        **RUN, "miniagent.stop_reason": "answered", "miniagent.answer": "she went",
+        "miniagent.final_answer": "she went", "gen_ai.usage.input_tokens": 30, "gen_ai.usage.output_tokens": 7,
+        "miniagent.turns": 1, "miniagent.tool_calls": 3, "miniagent.tool_errors": 1,
+        "miniagent.identical_calls": 1},
+        [("guard dedup", {"miniagent.calls": 2, "miniagent.seen": '["a"]'}),
+         ("final_round", {"miniagent.answer": "she went", "miniagent.detail": "d"})])
+    assert spans == [chat, tool, run]
+    assert finished[0].end_time - finished[0].start_time == 250_000_000, "drawn back by the reply's latency"
+
+
+def test_a_fallback_a_failed_call_and_a_model_server_are_said_as_such():
+    events = [RUN_START, {**REPLY, "latency_s": None, "prompt_tokens": None, "completion_tokens": None,
+                          "finish_reason": None, "scoring_tokens": None, "text": None},
+              {"event": "tool_call", "tool": "conjugate", "args": None},
+              {"event": "tool_error", "error": "ToolError: no such verb"},
+              {"event": "tool_call", "tool": "conjugate", "args": {}},
+              {"event": "tool_error", "error": ""},
+              {"event": "stop", "stop_reason": "stuck", "answer": "Sorry"}]
+    spans, finished = spans_of(events, "openai", "class-model")
+    chat, failed, unnamed, run = spans
+    assert chat[1] == "CLIENT" and chat[5]["gen_ai.usage.input_tokens"] == 0 == chat[5]["gen_ai.usage.output_tokens"]
+    assert chat[5]["gen_ai.response.finish_reasons"] == ("",) and chat[5]["miniagent.reply"] == ""
+    assert finished[0].end_time == finished[0].start_time
+    assert failed[3:6] == ("ERROR", "ToolError: no such verb", {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "conjugate", "gen_ai.tool.type": "extension",
+        "gen_ai.tool.call.arguments": "{}", "miniagent.forced": False, "error.type": "ToolError"})
+    assert unnamed[3:5] == ("ERROR", "") and unnamed[5]["error.type"] == "ToolError"
+    assert run[3:5] == ("ERROR", "stop_reason stuck") and run[5]["error.type"] == "stuck"
+    assert {k: run[5][k] for k in ("miniagent.stop_reason", "miniagent.answer", "miniagent.final_answer",
+                                   "gen_ai.usage.input_tokens", "miniagent.turns", "miniagent.tool_calls")} == {
+        "miniagent.stop_reason": "stuck", "miniagent.answer": "Sorry", "miniagent.final_answer": "",
+        "gen_ai.usage.input_tokens": 0, "miniagent.turns": 0, "miniagent.tool_calls": 0}
+
+
+def test_a_run_stopped_from_outside_ends_its_open_spans_saying_what_stopped_them():
+    events = [RUN_START, {"event": "tool_call", "tool": "conjugate", "args": {"verb": "go"}}]
+    spans, _ = spans_of(events, stopped_by=KeyboardInterrupt())
+    tool, run = spans
+    for span, name in ((tool, "execute_tool conjugate"), (run, "invoke_agent grammar_tutor")):
+        assert span[0] == name
+        assert span[3:5] == ("ERROR", "the process was stopped (KeyboardInterrupt) before the run ended")
+        assert span[5]["miniagent.stopped_by"] == "KeyboardInterrupt" == span[5]["error.type"]
+    spans, _ = spans_of([RUN_START], stopped_by=None)
+    assert spans[0][3:5] == ("ERROR", "the process was stopped (closed) before the run ended")
+    assert spans[0][5]["miniagent.stopped_by"] == "closed"
+    # A stop with a call in flight ends the call first, as unfinished; events after the run's end change nothing
+    spans, _ = spans_of([*events, {"event": "stop", "stop_reason": "cancelled", "answer": "x"},
+                         {"event": "tool_result", "result": "late"}, {"event": "tool_error", "error": "late"},
+                         {"event": "guard", "name": "late"}, {"event": "final_round", "answer": "late"},
+                         {"event": "stop", "stop_reason": "late"}], stopped_by=False)
+    tool, run = spans
+    assert tool[3:5] == ("ERROR", "the run stopped while this call was in flight")
+    assert tool[5]["error.type"] == "unfinished"
+    assert run[5]["miniagent.stop_reason"] == "cancelled" and run[6] == []
