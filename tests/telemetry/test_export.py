@@ -174,3 +174,19 @@ def test_the_lab_s_tracer_names_itself_and_the_conventions_it_follows(monkeypatc
     monkeypatch.setattr(export.trace, "get_tracer", lambda *args, **kwargs: asked.append((args, kwargs)) or "it")
     assert export.tracer() == "it"
     assert asked == [(("miniagent",), {"schema_url": f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"})]
+
+
+def test_a_file_from_another_writer_with_every_default_left_out_reads_with_the_defaults(tmp_path):
+    """OTLP JSON leaves out fields at their default (proto3): a line a collector wrote may hold no resource, no
+    kind, no status, no attributes."""
+    file = tmp_path / "collector.jsonl"
+    span = {"name": "x", "traceId": "ab", "spanId": "cd", "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+    file.write_text("\n".join(json.dumps(line) for line in [
+        {}, {"resourceSpans": [{}]}, {"resourceSpans": [{"scopeSpans": [{}]}]},
+        {"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": [span]}]}]},
+        {"resourceSpans": [{"scopeSpans": [{"scope": {}, "spans": [{**span, "attributes": [{"key": "k"}],
+                                                                      "events": [{"name": "e"}]}]}]}]}]) + "\n")
+    first, second = read_spans(file)
+    assert first == {"name": "x", "trace_id": "ab", "span_id": "cd", "parent_id": None, "kind": 0, "status": 0,
+                     "service": None, "scope": None, "start_ns": 1, "end_ns": 2, "attributes": {}, "events": []}
+    assert second == {**first, "attributes": {"k": None}, "events": [{"name": "e", "attributes": {}}]}
