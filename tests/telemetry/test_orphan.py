@@ -37,7 +37,8 @@ def orphaned_spans(file: Path, count: int, within: float = 30.0) -> list[dict]:
     raise AssertionError(f"fewer than {count} orphaned spans in {within} s")
 
 
-def test_a_server_left_behind_by_its_agent_goes_on_in_the_trace(tmp_path):
+def wedged_traced_agent(tmp_path: Path):
+    """(agent, its MCP server, the traces file), once the agent's call has wedged the server."""
     file, trace = tmp_path / "traces.jsonl", tmp_path / "trace.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MINIAGENT_", "OTEL_"))}
     agent = subprocess.Popen(
@@ -50,6 +51,16 @@ def test_a_server_left_behind_by_its_agent_goes_on_in_the_trace(tmp_path):
     try:
         wait_for_tool_call(trace)
         wedged.wait()
+    except BaseException:
+        server.kill()
+        agent.kill()
+        raise
+    return agent, server, file
+
+
+def test_a_server_left_behind_by_its_agent_goes_on_in_the_trace(tmp_path):
+    agent, server, file = wedged_traced_agent(tmp_path)
+    try:
         assert [s for s in read_spans(file) if s["name"].startswith("orphaned ")] == [], "the agent still runs"
         killed_ns = time.time_ns()
         os.kill(agent.pid, signal.SIGKILL)  # dies on the spot, as without its SIGTERM handler: nothing unwinds
@@ -79,18 +90,8 @@ def test_a_server_left_behind_by_its_agent_goes_on_in_the_trace(tmp_path):
 
 def test_a_server_whose_agent_lives_writes_no_orphaned_span(tmp_path):
     """The fixed twin: the agent's SIGTERM handler unwinds and closes its client, which stops the wedged server."""
-    file, trace = tmp_path / "traces.jsonl", tmp_path / "trace.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MINIAGENT_", "OTEL_"))}
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "miniagent", "ask", "What is the past simple of eat for I?", "--cache-dir", "",
-         "--llm", "scripted:stubborn", "--fault-hang-on", "eat", "--tool-timeout-s", "60", "--wall-clock-s", "60",
-         "--trace", str(trace), "--traces", "file", "--traces-file", str(file)],
-        cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wedged = LineWatch(agent.stderr)
-    server = wait_for_server(agent)
+    agent, server, file = wedged_traced_agent(tmp_path)
     try:
-        wait_for_tool_call(trace)
-        wedged.wait()
         os.kill(agent.pid, signal.SIGTERM)
         agent.wait(timeout=60)
         server.wait(timeout=10)

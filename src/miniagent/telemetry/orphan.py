@@ -1,10 +1,7 @@
-"""A traced MCP server that outlives the agent that started it says so in the trace.
+"""A traced MCP server that outlives the agent that started it says so in the trace (break 09).
 
-OpenTelemetry sends a span only once it has ended: the request a wedged server is stuck in never reaches a viewer,
-and neither do the spans of an agent killed on the spot. So a traced server watches its parent process. Once that
-is gone (the server is an orphan, adopted by init), it ends a span ``orphaned {request}`` under each request still
-open, then another after each interval while it lives, the intervals doubling (0.25 s, 0.5 s, 1 s... at most 60 s):
-in the viewer, red spans of the server go on after the agent's last ones.
+Once its parent process is gone, the server ends a span ``orphaned {request}`` under each request still open, then
+another after each interval while it lives, the intervals doubling. Why: docs/maintainers.md, telemetry/.
 """
 
 from __future__ import annotations
