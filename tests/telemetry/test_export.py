@@ -184,9 +184,30 @@ def test_a_file_from_another_writer_with_every_default_left_out_reads_with_the_d
     file.write_text("\n".join(json.dumps(line) for line in [
         {}, {"resourceSpans": [{}]}, {"resourceSpans": [{"scopeSpans": [{}]}]},
         {"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": [span]}]}]},
-        {"resourceSpans": [{"scopeSpans": [{"scope": {}, "spans": [{**span, "attributes": [{"key": "k"}],
-                                                                      "events": [{"name": "e"}]}]}]}]}]) + "\n")
+        {"resourceSpans": [{"scopeSpans": [{"scope": {}, "spans": [{
+            **span, "attributes": [{"key": "k"}, {"key": "empty", "value": {"arrayValue": {}}}],
+            "events": [{"name": "e"}]}]}]}]}]) + "\n")
     first, second = read_spans(file)
     assert first == {"name": "x", "trace_id": "ab", "span_id": "cd", "parent_id": None, "kind": 0, "status": 0,
                      "service": None, "scope": None, "start_ns": 1, "end_ns": 2, "attributes": {}, "events": []}
-    assert second == {**first, "attributes": {"k": None}, "events": [{"name": "e", "attributes": {}}]}
+    assert second == {**first, "attributes": {"k": None, "empty": []}, "events": [{"name": "e", "attributes": {}}]}
+
+
+def test_the_file_s_folder_is_made_once_its_lines_compact_and_not_executable(tmp_path):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from miniagent.telemetry.export import OtlpJsonLines
+
+    file = tmp_path / "runs" / "deep" / "traces.jsonl"
+    exporter = OtlpJsonLines(file)
+    OtlpJsonLines(file)  # a second process on the same file: its folder is there already
+    assert exporter.export([]) == SpanExportResult.SUCCESS
+    span = TracerProvider().get_tracer("t").start_span("s")
+    span.end()
+    assert exporter.export([span]) == SpanExportResult.SUCCESS, "called directly: a failure would raise here"
+    lines = file.read_text().splitlines()
+    assert lines[0] == "{}" and json.dumps(json.loads(lines[1]), separators=(",", ":")) == lines[1]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert file.stat().st_mode & 0o777 == 0o644 & ~umask, "rw-r--r--, like any file the lab writes"

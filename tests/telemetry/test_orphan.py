@@ -138,6 +138,7 @@ def test_the_watch_is_quiet_while_the_agent_lives_then_writes_under_each_open_re
     assert not watch.is_alive(), "the watch ends with the last open request"
     tiles = [span for span in exporter.get_finished_spans() if span.name.startswith("orphaned ")]
     assert len(tiles) >= 4 and {span.name for span in tiles} == {"orphaned tools/call conjugate"}
+    assert {span.instrumentation_scope.name for span in tiles} == {"miniagent"}
     for span in tiles:
         assert span.parent.span_id == request.context.span_id and span.context.trace_id == request.context.trace_id
         assert span.status.status_code.name == "ERROR"
@@ -152,3 +153,29 @@ def test_the_watch_is_quiet_while_the_agent_lives_then_writes_under_each_open_re
     assert alone[0] == round((tiles[0].end_time - tiles[0].start_time) / 1e9, 3)
     # After each, the watch sleeps the next interval: 0.02, then 0.04 and no longer (at least that, on any machine)
     assert tiles[1].end_time - tiles[1].start_time >= 0.02e9 and tiles[2].end_time - tiles[2].start_time >= 0.04e9
+
+
+def test_a_server_whose_agent_is_gone_at_the_first_look_counts_its_time_alone_from_the_watch_s_start():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider, exporter = TracerProvider(), InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    before = provider.get_tracer("test").start_span("started before the watch")
+    open_spans = orphan.OpenSpans()
+    provider.add_span_processor(open_spans)
+    before.end()  # a span the watch never saw start ends without a fuss
+    request = provider.get_tracer("test").start_span("tools/call conjugate")
+    watch = threading.Thread(target=orphan._watch, args=(provider, open_spans, 4242, 0.005, 0.01, 0.01),
+                             kwargs={"parent_now": lambda: 1}, daemon=True)
+    started_ns = time.time_ns()
+    watch.start()
+    until = time.monotonic() + 30
+    while not [s for s in exporter.get_finished_spans() if s.name.startswith("orphaned ")] and time.monotonic() < until:
+        time.sleep(0.01)
+    request.end()
+    watch.join(timeout=30)
+    tile = next(s for s in exporter.get_finished_spans() if s.name.startswith("orphaned "))
+    assert started_ns <= tile.start_time <= tile.end_time
+    assert tile.attributes["miniagent.orphan.alone_s"] == round((tile.end_time - tile.start_time) / 1e9, 3)

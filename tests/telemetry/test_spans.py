@@ -4,6 +4,7 @@ the loop on scripted models and the real MCP server."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers import config, scripted
@@ -17,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 from miniagent.agent.loop import grammar_tutor  # noqa: E402
 from miniagent.agent.trace import Trace  # noqa: E402
-from miniagent.telemetry.spans import RunSpans, model_names  # noqa: E402
+from miniagent.telemetry.spans import RunSpans, _attribute, model_names  # noqa: E402
 from miniagent.tools.mcp_client import MCPClient  # noqa: E402
 
 
@@ -106,7 +107,7 @@ RUN_START = {"event": "run_start", "question": "Q?", "config": {"max_turns": 4, 
 RUN = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "grammar_tutor",
        "gen_ai.provider.name": "miniagent_scripted", "gen_ai.request.model": "m", "miniagent.question": "Q?",
        "miniagent.config.max_turns": 4, "miniagent.config.grounding": True}
-REPLY = {"event": "model_action", "latency_s": 0.25, "prompt_tokens": 30, "completion_tokens": 7,
+REPLY = {"event": "model_action", "latency_s": 1.5, "prompt_tokens": 30, "completion_tokens": 7,
          "finish_reason": "stop", "turn": 1, "final": False, "scoring_tokens": 3, "text": '{"tool": "conjugate"}'}
 STATS = {"prompt_tokens": 30, "completion_tokens": 7, "turns": 1, "tool_calls": {"conjugate": 2, "list_tenses": 1},
          "tool_errors": 1, "identical_calls": 1}
@@ -139,31 +140,39 @@ def test_every_field_of_every_span_of_an_answered_run():
         [("guard dedup", {"miniagent.calls": 2, "miniagent.seen": '["a"]'}),
          ("final_round", {"miniagent.answer": "she went", "miniagent.detail": "d"})])
     assert spans == [chat, tool, run]
-    assert finished[0].end_time - finished[0].start_time == 250_000_000, "drawn back by the reply's latency"
+    assert finished[0].end_time - finished[0].start_time == 1_500_000_000, "drawn back by the reply's latency"
 
 
 def test_a_fallback_a_failed_call_and_a_model_server_are_said_as_such():
     events = [RUN_START, {**REPLY, "latency_s": None, "prompt_tokens": None, "completion_tokens": None,
-                          "finish_reason": None, "scoring_tokens": None, "text": None},
+                          "finish_reason": None, "scoring_tokens": None, "text": None, "turn": None, "final": True},
               {"event": "tool_call", "tool": "conjugate", "args": None},
               {"event": "tool_error", "error": "ToolError: no such verb"},
               {"event": "tool_call", "tool": "conjugate", "args": {}},
               {"event": "tool_error", "error": ""},
+              {"event": "tool_call", "tool": "conjugate", "args": {}},
+              {"event": "tool_error", "error": "McpError: bad input: verb"},
+              {"event": "final_round", "answer": "Sorry"},
               {"event": "stop", "stop_reason": "stuck", "answer": "Sorry"}]
     spans, finished = spans_of(events, "openai", "class-model")
-    chat, failed, unnamed, run = spans
-    assert chat[1] == "CLIENT" and chat[5]["gen_ai.usage.input_tokens"] == 0 == chat[5]["gen_ai.usage.output_tokens"]
-    assert chat[5]["gen_ai.response.finish_reasons"] == ("",) and chat[5]["miniagent.reply"] == ""
+    chat, failed, unnamed, two_colons, run = spans
+    assert chat[1] == "CLIENT" and chat[5] == {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "class-model",
+        "gen_ai.usage.input_tokens": 0, "gen_ai.usage.output_tokens": 0, "gen_ai.response.finish_reasons": ("",),
+        "miniagent.final": True, "miniagent.scoring_tokens": 0, "miniagent.reply": ""}, "the final round's reply"
     assert finished[0].end_time == finished[0].start_time
     assert failed[3:6] == ("ERROR", "ToolError: no such verb", {
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "conjugate", "gen_ai.tool.type": "extension",
         "gen_ai.tool.call.arguments": "{}", "miniagent.forced": False, "error.type": "ToolError"})
     assert unnamed[3:5] == ("ERROR", "") and unnamed[5]["error.type"] == "ToolError"
-    assert run[3:5] == ("ERROR", "stop_reason stuck") and run[5]["error.type"] == "stuck"
-    assert {k: run[5][k] for k in ("miniagent.stop_reason", "miniagent.answer", "miniagent.final_answer",
-                                   "gen_ai.usage.input_tokens", "miniagent.turns", "miniagent.tool_calls")} == {
-        "miniagent.stop_reason": "stuck", "miniagent.answer": "Sorry", "miniagent.final_answer": "",
-        "gen_ai.usage.input_tokens": 0, "miniagent.turns": 0, "miniagent.tool_calls": 0}
+    assert two_colons[5]["error.type"] == "McpError", "the error's type is what comes before its first colon"
+    assert run[3:5] == ("ERROR", "stop_reason stuck")
+    assert run[5] == {**RUN, "gen_ai.provider.name": "openai", "gen_ai.request.model": "class-model",
+                      "miniagent.stop_reason": "stuck", "error.type": "stuck", "miniagent.answer": "Sorry",
+                      "miniagent.final_answer": "", "gen_ai.usage.input_tokens": 0, "gen_ai.usage.output_tokens": 0,
+                      "miniagent.turns": 0, "miniagent.tool_calls": 0, "miniagent.tool_errors": 0,
+                      "miniagent.identical_calls": 0}, "a stop without its counts counts nothing"
+    assert run[6] == [("final_round", {"miniagent.answer": "Sorry", "miniagent.detail": ""})]
 
 
 def test_a_run_stopped_from_outside_ends_its_open_spans_saying_what_stopped_them():
@@ -186,3 +195,18 @@ def test_a_run_stopped_from_outside_ends_its_open_spans_saying_what_stopped_them
     assert tool[3:5] == ("ERROR", "the run stopped while this call was in flight")
     assert tool[5]["error.type"] == "unfinished"
     assert run[5]["miniagent.stop_reason"] == "cancelled" and run[6] == []
+
+
+def test_a_call_s_result_or_error_with_no_call_open_leaves_the_run_s_span_open():
+    spans, _ = spans_of([RUN_START, {"event": "tool_result", "result": "stray"},
+                         {"event": "tool_error", "error": "ToolError: stray"}], stopped_by=False)
+    assert spans == [], "nothing ended: the run's span is still open"
+
+
+@pytest.mark.parametrize("value, attribute", [
+    ("text", "text"), (True, True), (3, 3), (0.5, 0.5),
+    ({"verb": "ñandú", "n": [1]}, '{"verb": "ñandú", "n": [1]}'),  # JSON, its letters as they are
+    ({"path": Path("/m/x.gguf")}, '{"path": "/m/x.gguf"}'),  # what JSON cannot hold, as text
+])
+def test_an_attribute_is_a_plain_value_or_json_text(value, attribute):
+    assert _attribute(value) == attribute

@@ -34,9 +34,9 @@ class OtlpJsonLines(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         request = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
-        for resource in request.get("resourceSpans", []):
-            for scope in resource.get("scopeSpans", []):
-                for span in scope.get("spans", []):
+        for resource in request.get("resourceSpans", []):  # none when there were no spans
+            for scope in resource["scopeSpans"]:
+                for span in scope["spans"]:
                     for key in ("traceId", "spanId", "parentSpanId"):
                         if span.get(key):
                             span[key] = _hex(span[key])

@@ -56,13 +56,16 @@ class RunSpans:
         # Current while open: the MCP SDK's client span of a tool call becomes its child, in this trace.
         self.open.append((span, context.attach(trace.set_span_in_context(span))))
 
-    def _end(self, error: str | None = None, error_type: str | None = None) -> None:
+    def _end(self) -> None:
         span, token = self.open.pop()
-        if error is not None:
-            span.set_attributes({"error.type": error_type or "error"})
-            span.set_status(Status(StatusCode.ERROR, error))
         span.end()
         context.detach(token)
+
+    def _fail(self, error: str, error_type: str) -> None:
+        """End the innermost open span in error: red in a viewer, with why."""
+        self.open[-1][0].set_attributes({"error.type": error_type})
+        self.open[-1][0].set_status(Status(StatusCode.ERROR, error))
+        self._end()
 
     def end_open(self, stopped_by: BaseException | None) -> None:
         """End the spans a run left open when its process is stopped from outside (SIGTERM, Ctrl-C): they are
@@ -70,13 +73,13 @@ class RunSpans:
         why = type(stopped_by).__name__ if stopped_by is not None else "closed"
         while self.open:
             self.open[-1][0].set_attribute("miniagent.stopped_by", why)
-            self._end(f"the process was stopped ({why}) before the run ended", why)
+            self._fail(f"the process was stopped ({why}) before the run ended", why)
 
     def _on_run_start(self, e: dict) -> None:
         self._start(f"invoke_agent {AGENT}", **{
             "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT,
             "gen_ai.provider.name": self.provider, "gen_ai.request.model": self.model,
-            "miniagent.question": e.get("question", ""),
+            "miniagent.question": e["question"],
             **{f"miniagent.config.{k}": v for k, v in (e.get("config") or {}).items()}})
 
     def _on_model_action(self, e: dict) -> None:
@@ -90,7 +93,9 @@ class RunSpans:
                         "gen_ai.usage.input_tokens": int(e.get("prompt_tokens") or 0),
                         "gen_ai.usage.output_tokens": int(e.get("completion_tokens") or 0),
                         "gen_ai.response.finish_reasons": [str(e.get("finish_reason") or "")],
-                        "miniagent.turn": _attribute(e.get("turn")), "miniagent.final": bool(e.get("final")),
+                        "miniagent.final": bool(e.get("final")),
+                        # the final round has no turn number: no attribute, rather than a "null"
+                        **({"miniagent.turn": int(e["turn"])} if e.get("turn") is not None else {}),
                         "miniagent.scoring_tokens": int(e.get("scoring_tokens") or 0),
                         "miniagent.reply": str(e.get("text") or "")})
         span.end(end_time=end)
@@ -102,13 +107,13 @@ class RunSpans:
 
     def _on_tool_result(self, e: dict) -> None:
         if len(self.open) > 1:
-            self.open[-1][0].set_attribute("gen_ai.tool.call.result", str(e.get("result", "")))
+            self.open[-1][0].set_attribute("gen_ai.tool.call.result", str(e["result"]))
             self._end()
 
     def _on_tool_error(self, e: dict) -> None:
         if len(self.open) > 1:
-            error = str(e.get("error", ""))
-            self._end(error, error.split(":", 1)[0] or "ToolError")
+            error = str(e["error"])  # "ToolError: no such verb": its type is what comes before the colon
+            self._fail(error, error.partition(":")[0] or "ToolError")
 
     def _on_guard(self, e: dict) -> None:
         if self.open:
@@ -118,17 +123,17 @@ class RunSpans:
     def _on_final_round(self, e: dict) -> None:
         if self.open:
             self.open[0][0].add_event("final_round", attributes={
-                "miniagent.answer": str(e.get("answer", "")), "miniagent.detail": str(e.get("detail", ""))})
+                "miniagent.answer": str(e["answer"]), "miniagent.detail": str(e.get("detail", ""))})
 
     def _on_stop(self, e: dict) -> None:
         while len(self.open) > 1:  # a call the run did not see end (a terminal error, Ctrl-C, SIGTERM)
-            self._end("the run stopped while this call was in flight", "unfinished")
+            self._fail("the run stopped while this call was in flight", "unfinished")
         if not self.open:
             return
-        stats, reason = e.get("stats") or {}, str(e.get("stop_reason", ""))
+        stats, reason = e.get("stats") or {}, str(e["stop_reason"])
         calls = stats.get("tool_calls") or {}
         self.open[0][0].set_attributes({
-            "miniagent.stop_reason": reason, "miniagent.answer": str(e.get("answer", "")),
+            "miniagent.stop_reason": reason, "miniagent.answer": str(e["answer"]),
             "miniagent.final_answer": str(e.get("final_answer", "")),
             "gen_ai.usage.input_tokens": int(stats.get("prompt_tokens") or 0),
             "gen_ai.usage.output_tokens": int(stats.get("completion_tokens") or 0),
@@ -139,4 +144,4 @@ class RunSpans:
             self.open[0][0].set_status(Status(StatusCode.OK))
             self._end()
         else:  # a fallback: the user got no answer, and the viewer shows why in red
-            self._end(f"stop_reason {reason}", reason)
+            self._fail(f"stop_reason {reason}", reason)
