@@ -160,11 +160,12 @@ class LineWatch:
         self.thread.start()
 
     def _read(self, stream) -> None:
-        for line in stream:
-            line = line.decode(errors="replace") if isinstance(line, bytes) else line
-            self.lines.append(line)
-            if self.needle in line:
-                self.event.set()
+        with stream:  # closed at its end: the test that started the process need not
+            for line in stream:
+                line = line.decode(errors="replace") if isinstance(line, bytes) else line
+                self.lines.append(line)
+                if self.needle in line:
+                    self.event.set()
 
     def wait(self, timeout: float = 120.0) -> None:
         """Until the line came (the bound only keeps a broken run from hanging the suite)."""

@@ -146,12 +146,18 @@ def test_the_suite_keeps_the_rewritten_test_modules_where_the_environment_says_t
     assert "PYTHONDONTWRITEBYTECODE" not in os.environ  # the passes, and every pytest run in them, inherit it
 
 
-def test_quick_and_k_reach_both_passes():
+def test_k_reaches_both_passes_and_quick_is_the_parallel_pass_without_the_slow_kinds():
     c = PassesContext(0, 0)
-    assert exit_status(lambda: tasks.test(c, k="guard and not slow", quick=True)) == 0
-    for command, marks in zip(c.commands, ("not serial", "serial"), strict=True):
-        assert f"-m '{marks} and not real_model and not slow and not browser'" in command
-        assert "-k 'guard and not slow'" in command
+    assert exit_status(lambda: tasks.test(c, k="guard and not slow")) == 0
+    [parallel, serial] = c.commands
+    assert "-n 2 -m 'not serial' -k 'guard and not slow'" in parallel
+    assert "-p no:xdist -m serial -k 'guard and not slow'" in serial
+    c = PassesContext(0, 0)
+    assert exit_status(lambda: tasks.test(c, k="guard", quick=True)) == 0
+    [parallel] = c.commands
+    assert "-n 2 -m 'not serial and not real_model and not slow and not browser' -k guard" in parallel
+    c = PassesContext(1, 0)
+    assert exit_status(lambda: tasks.test(c, quick=True)) == 1 and len(c.commands) == 1, "its status is its own"
 
 
 def test_a_crashed_command_is_named_once_and_clearly(english_reports, capsys):
