@@ -292,3 +292,36 @@ def test_reap_collects_a_dead_child_and_kills_one_that_outlives_its_wait():
     reap(stubborn, timeout=0.1)  # still alive after 0.1 s: SIGKILL, then reaped
     assert stubborn.returncode == -signal.SIGKILL
     reap(None)
+
+
+def test_a_request_runs_on_the_other_thread_s_loop_with_the_caller_s_context_and_is_closed_if_it_cannot():
+    import asyncio
+    import contextvars
+    import gc
+    import inspect
+    import warnings
+
+    asked = contextvars.ContextVar("asked", default="nobody")
+
+    async def who():
+        return asked.get()
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        asked.set("the caller")
+        assert processes.submit_in_callers_context(who(), loop).result(timeout=30) == "the caller"
+        assert processes.submit_in_callers_context(asyncio.sleep(0, "x"), loop).result(timeout=30) == "x"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
+    request = who()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="Event loop is closed"):
+            processes.submit_in_callers_context(request, loop)
+        gc.collect()
+    assert inspect.getcoroutinestate(request) == inspect.CORO_CLOSED
+    assert [str(w.message) for w in said] == [], "nothing left for the garbage collector to warn about"

@@ -296,10 +296,15 @@ def stops_unwind() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def in_callers_context(request: Awaitable[Any]) -> Awaitable[Any]:
-    """``request`` run with the calling thread's context variables, the current span among them: a task on an
-    event loop in another thread starts from that thread's context (the MCP SDK's span of a tool call would begin
-    a trace of its own instead of sitting under the call's)."""
+def submit_in_callers_context(request: Awaitable[Any], loop) -> concurrent.futures.Future:
+    """``request`` submitted to ``loop`` (running in another thread), run there with the calling thread's context
+    variables, the current span among them: a task on that loop would start from its own thread's context (the
+    MCP SDK's span of a tool call would begin a trace of its own instead of sitting under the call's).
+
+    Raises RuntimeError when the loop has stopped; ``request`` is then closed, never to run (not left for the
+    garbage collector to warn that it was never awaited)."""
+    import asyncio  # already imported by the one caller, the MCP client; not by everything else this module serves
+
     values = contextvars.copy_context()
 
     async def run() -> Any:
@@ -307,4 +312,11 @@ def in_callers_context(request: Awaitable[Any]) -> Awaitable[Any]:
             variable.set(value)
         return await request
 
-    return run()
+    wrapped = run()
+    try:
+        return asyncio.run_coroutine_threadsafe(wrapped, loop)
+    except RuntimeError:
+        wrapped.close()
+        if asyncio.iscoroutine(request):
+            request.close()
+        raise

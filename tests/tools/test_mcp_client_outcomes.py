@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import io
 import os
 import re
@@ -187,8 +188,8 @@ def test_a_call_on_a_loop_that_has_closed_says_the_connection_is_closed(wired):
 
     with pytest.raises(ServerFailed) as refused:
         wired.client._submit(make, "conjugate", None)
-    made[0].close()
     assert str(refused.value) == "the MCP connection is closed: Event loop is closed"
+    assert inspect.getcoroutinestate(made[0]) == inspect.CORO_CLOSED, "closed, never to run"
 
 
 def test_a_server_that_dies_during_a_call_is_a_server_failure_not_a_timeout(wired):

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..agent.errors import ServerFailed, ToolError, ToolTimeout
-from ..processes import alive, in_callers_context, reap, stop_process, wait_result
+from ..processes import alive, reap, stop_process, submit_in_callers_context, wait_result
 from .arguments import check_arguments
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -321,7 +321,7 @@ class MCPClient:
         if proc is not None and not alive(proc):
             raise ServerFailed(f"the MCP server (pid {proc.pid}) is not running")
         try:
-            future = asyncio.run_coroutine_threadsafe(in_callers_context(make(session)), loop)
+            future = submit_in_callers_context(make(session), loop)
         except RuntimeError as exc:  # the loop has stopped
             raise ServerFailed(f"the MCP connection is closed: {exc}") from None
         try:
