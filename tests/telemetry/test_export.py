@@ -211,3 +211,50 @@ def test_the_file_s_folder_is_made_once_its_lines_compact_and_not_executable(tmp
     umask = os.umask(0)
     os.umask(umask)
     assert file.stat().st_mode & 0o777 == 0o644 & ~umask, "rw-r--r--, like any file the lab writes"
+
+
+def test_start_sets_the_process_s_provider_for_its_service_writing_to_the_file_or_sending_otlp(tmp_path, monkeypatch):
+    """In-process, each part the SDK is given recorded (mutation testing sees it): the provider, its service, the
+    processor and exporter for a file and for OTLP, where OTLP goes, and a named setting beating the SDK's switch."""
+    import opentelemetry.exporter.otlp.proto.http.trace_exporter as otlp_http
+
+    from miniagent.telemetry import export
+    from miniagent.telemetry.settings import TraceSettings
+
+    made, set_to = [], []
+
+    def recorder(kind):
+        class Recorded:
+            def __init__(self, *args, **kwargs):
+                made.append((kind, args, kwargs))
+
+            def __getattr__(self, name):  # what the provider calls on a processor: nothing to do
+                return lambda *args, **kwargs: True
+
+        return Recorded
+
+    monkeypatch.setattr(export.trace, "set_tracer_provider", set_to.append)
+    for kind in ("SimpleSpanProcessor", "BatchSpanProcessor"):
+        monkeypatch.setattr(export, kind, recorder(kind))
+    monkeypatch.setattr(otlp_http, "OTLPSpanExporter", recorder("OTLPSpanExporter"))
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert export.start(TraceSettings(""), "svc") is None and set_to == [] == made, "the SDK's switch: off"
+    file = tmp_path / "t.jsonl"
+    provider = export.start(TraceSettings("file", str(file)), "svc-a")
+    assert set_to == [provider] and provider.resource.attributes["service.name"] == "svc-a"
+    assert "OTEL_SDK_DISABLED" not in os.environ, "asked for by name: the switch would have made it a no-op"
+    [(kind, (exporter,), kwargs)] = made
+    assert kind == "SimpleSpanProcessor" and type(exporter) is export.OtlpJsonLines and exporter.path == file
+    assert kwargs == {}
+    made.clear()
+    monkeypatch.setattr(export, "viewer_to_send_to", lambda: "http://127.0.0.1:6006")
+    provider = export.start(TraceSettings("otlp"), "svc-b", send_every_s=0.25)
+    assert set_to[-1] is provider and provider.resource.attributes["service.name"] == "svc-b"
+    (exporter_kind, (), told), (processor_kind, (exporter,), kwargs) = made
+    assert (exporter_kind, told) == ("OTLPSpanExporter", {"endpoint": "http://127.0.0.1:6006/v1/traces"})
+    assert processor_kind == "BatchSpanProcessor" and kwargs == {"schedule_delay_millis": 250}
+    made.clear()
+    monkeypatch.setattr(export, "viewer_to_send_to", lambda: None)  # the SDK's variables, or its default
+    export.start(TraceSettings("otlp"), "svc-c")
+    assert made[0] == ("OTLPSpanExporter", (), {})
+    assert made[1][2] == {"schedule_delay_millis": 5000}

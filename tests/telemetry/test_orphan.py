@@ -179,3 +179,19 @@ def test_a_server_whose_agent_is_gone_at_the_first_look_counts_its_time_alone_fr
     tile = next(s for s in exporter.get_finished_spans() if s.name.startswith("orphaned "))
     assert started_ns <= tile.start_time <= tile.end_time
     assert tile.attributes["miniagent.orphan.alone_s"] == round((tile.end_time - tile.start_time) / 1e9, 3)
+
+
+def test_watch_adds_its_span_processor_and_watches_this_process_s_parent_from_a_daemon_thread(monkeypatch):
+    from opentelemetry.sdk.trace import TracerProvider
+
+    watched, provider = [], TracerProvider()
+    monkeypatch.setattr(orphan, "_watch", lambda *args: watched.append(args))
+    thread = orphan.watch(provider)
+    thread.join(timeout=30)
+    assert thread.daemon and thread.name == "orphan-watch"
+    [(given, open_spans, parent, poll_s, first_s, most_s)] = watched
+    assert given is provider and (parent, poll_s, first_s, most_s) == (os.getppid(), 0.1, 0.25, 60.0)
+    span = provider.get_tracer("test").start_span("tools/call conjugate")
+    assert open_spans.now() == [span], "the provider tells it of every span"
+    span.end()
+    assert open_spans.now() == []
