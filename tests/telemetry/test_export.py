@@ -225,6 +225,8 @@ def test_start_sets_the_process_s_provider_for_its_service_writing_to_the_file_o
 
     def recorder(kind):
         class Recorded:
+            made_as = kind
+
             def __init__(self, *args, **kwargs):
                 made.append((kind, args, kwargs))
 
@@ -253,6 +255,7 @@ def test_start_sets_the_process_s_provider_for_its_service_writing_to_the_file_o
     (exporter_kind, (), told), (processor_kind, (exporter,), kwargs) = made
     assert (exporter_kind, told) == ("OTLPSpanExporter", {"endpoint": "http://127.0.0.1:6006/v1/traces"})
     assert processor_kind == "BatchSpanProcessor" and kwargs == {"schedule_delay_millis": 250}
+    assert exporter.made_as == "OTLPSpanExporter", "the batches go to the OTLP exporter"
     made.clear()
     monkeypatch.setattr(export, "viewer_to_send_to", lambda: None)  # the SDK's variables, or its default
     export.start(TraceSettings("otlp"), "svc-c")
