@@ -247,9 +247,9 @@ def test_the_suite_and_the_docs_tasks_run_their_commands(monkeypatch, capsys):
     tasks.docs_build(Commands())
     tasks.docs_check(Commands())
     assert ran == [
-        (f"{PY} -m pytest -q -n {kit.WORKERS} --dist worksteal -m 'not serial' -k 'guards and not slow'", "tests"),
+        (f"{PY} -m pytest -q -n {kit.WORKERS} --dist load -m 'not serial' -k 'guards and not slow'", "tests"),
         (f"{PY} -m pytest -q -p no:xdist -m serial -k 'guards and not slow'", "tests"),
-        (f"{PY} -m pytest -q -n {kit.WORKERS} --dist worksteal -m 'not serial'", "tests"),
+        (f"{PY} -m pytest -q -n {kit.WORKERS} --dist load -m 'not serial'", "tests"),
         (f"{PY} -m pytest -q -p no:xdist -m serial", "tests"),
         (f"{PY} -m mkdocs serve", "process"), (f"{PY} -m mkdocs build --strict --site-dir site", "process"),
         (f"{PY} -m pytest -q tests/docs/test_docs_browser.py", "process")]

@@ -150,7 +150,7 @@ def test_k_reaches_both_passes_and_quick_is_the_parallel_pass_without_the_slow_k
     c = PassesContext(0, 0)
     assert exit_status(lambda: tasks.test(c, k="guard and not slow")) == 0
     [parallel, serial] = c.commands
-    assert "-n 2 --dist worksteal -m 'not serial' -k 'guard and not slow'" in parallel
+    assert "-n 2 --dist load -m 'not serial' -k 'guard and not slow'" in parallel
     assert "-p no:xdist -m serial -k 'guard and not slow'" in serial
     c = PassesContext(0, 0)
     assert exit_status(lambda: tasks.test(c, k="guard", quick=True)) == 0

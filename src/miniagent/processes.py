@@ -297,12 +297,12 @@ def stops_unwind() -> Iterator[None]:
 
 
 def submit_in_callers_context(request: Awaitable[Any], loop) -> concurrent.futures.Future:
-    """``request`` submitted to ``loop`` (running in another thread), run there with the calling thread's context
-    variables, the current span among them: a task on that loop would start from its own thread's context (the
-    MCP SDK's span of a tool call would begin a trace of its own instead of sitting under the call's).
+    """``request`` run on ``loop`` (another thread's) with the calling thread's context variables, the current span
+    among them: a task there would start from that thread's context (the MCP SDK's span of a tool call would begin a
+    trace of its own instead of sitting under the call's).
 
-    Raises RuntimeError when the loop has stopped; ``request`` is then closed, never to run (not left for the
-    garbage collector to warn that it was never awaited)."""
+    Raises RuntimeError when the loop has stopped; ``request`` is then closed, never to run (the garbage collector
+    would warn that it was never awaited)."""
     import asyncio  # already imported by the one caller, the MCP client; not by everything else this module serves
 
     values = contextvars.copy_context()

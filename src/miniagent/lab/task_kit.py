@@ -299,8 +299,9 @@ def run_suite(c, pytest: str, *, k: str | None = None, quick: bool = False) -> N
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     selection = f"-k {shlex.quote(k)} " if k else ""
     also = " and not real_model and not slow and not browser" if quick else ""
-    # worksteal: a worker that runs out takes tests queued for the other (the quick pass ended 4 s sooner)
-    parallel = f"-n {WORKERS} --dist worksteal -m {shlex.quote('not serial' + also)}"
+    # The quick pass ends sooner when a worker that runs out takes tests queued for the other (worksteal: 4 s);
+    # the whole one, with its few long tests, later (40 s): there xdist's default hands tests out one at a time.
+    parallel = f"-n {WORKERS} --dist {'worksteal' if quick else 'load'} -m {shlex.quote('not serial' + also)}"
     codes = [status(c, f"{pytest} {parallel} {selection}".strip(), who="tests")]
     if codes[0] in GO_ON and not quick:  # a crash or an interrupted run ends the suite here
         codes.append(status(c, f"{pytest} -p no:xdist -m serial {selection}".strip(), who="tests"))

@@ -63,8 +63,9 @@ class RunSpans:
 
     def _fail(self, error: str, error_type: str) -> None:
         """End the innermost open span in error: red in a viewer, with why."""
-        self.open[-1][0].set_attributes({"error.type": error_type})
-        self.open[-1][0].set_status(Status(StatusCode.ERROR, error))
+        span = self.open[-1][0]
+        span.set_attributes({"error.type": error_type})
+        span.set_status(Status(StatusCode.ERROR, error))
         self._end()
 
     def end_open(self, stopped_by: BaseException | None) -> None:
