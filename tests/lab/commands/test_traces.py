@@ -69,12 +69,15 @@ def test_runs_go_to_the_viewer_while_it_runs_and_ctrl_c_stops_it_with_nothing_le
                               "--llm", "scripted:oracle", "--cache-dir", ""], cwd=tree, env=env,
                              capture_output=True, text=True, timeout=60)
         assert ask.returncode == 0, ask.stderr
-        seen = wait_for(lambda: received.is_file() and [json.loads(line) for line in received.read_text().splitlines()],
-                        10, "spans at the viewer")
+        expected = {("miniagent", "invoke_agent grammar_tutor"), ("miniagent", "execute_tool conjugate"),
+                    ("miniagent-conjugation-server", "tools/call conjugate")}
+
+        def arrived():  # each process sends its own batches: the server's may come after the agent's
+            seen = [json.loads(line) for line in received.read_text().splitlines()] if received.is_file() else []
+            return expected <= {(r["service"], name) for r in seen for name in r["spans"]} and seen
+
+        seen = wait_for(arrived, 10, f"the spans {sorted(expected)} at the viewer")
         assert {r["path"] for r in seen} == {"/v1/traces"}
-        names = {(r["service"], name) for r in seen for name in r["spans"]}
-        assert {("miniagent", "invoke_agent grammar_tutor"), ("miniagent", "execute_tool conjugate"),
-                ("miniagent-conjugation-server", "tools/call conjugate")} <= names
     finally:
         viewer.send_signal(signal.SIGINT)  # Ctrl-C
         code = viewer.wait(timeout=20)
