@@ -295,6 +295,17 @@ def exit_status(call) -> int:
     return 0
 
 
+def wait_for(check, within: float, what: str):
+    """``check()``'s first truthy result, tried every 0.05 s; a failed test naming ``what`` when none comes within
+    ``within`` seconds (the bound only keeps a broken run from hanging the suite)."""
+    until = time.monotonic() + within
+    while time.monotonic() < until:
+        if found := check():
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {within:g} s")
+
+
 def wait_for_server(agent: subprocess.Popen, timeout: float = 20.0) -> psutil.Process:
     """The agent's MCP server process, once started."""
     deadline = time.monotonic() + timeout

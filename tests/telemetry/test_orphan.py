@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import LineWatch, wait_for_server, wait_for_tool_call
+from helpers import LineWatch, wait_for, wait_for_server, wait_for_tool_call
 
 pytest.importorskip("opentelemetry.sdk", reason="the traces extra is not installed (pip install -e '.[traces]')")
 
@@ -27,14 +27,11 @@ ERROR = 2  # OTLP's status code
 def orphaned_spans(file: Path, count: int, within: float = 30.0) -> list[dict]:
     """The server's orphaned spans, once there are ``count`` of them (the bound only keeps a broken watch from
     hanging the suite)."""
-    until = time.monotonic() + within
-    while time.monotonic() < until:
-        spans = read_spans(file) if file.exists() else []
-        found = [s for s in spans if s["name"].startswith("orphaned ")]
-        if len(found) >= count:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"fewer than {count} orphaned spans in {within} s")
+    def found():
+        spans = [s for s in (read_spans(file) if file.exists() else []) if s["name"].startswith("orphaned ")]
+        return spans if len(spans) >= count else None
+
+    return wait_for(found, within, f"{count} orphaned spans")
 
 
 def wedged_traced_agent(tmp_path: Path):
@@ -130,9 +127,7 @@ def test_the_watch_is_quiet_while_the_agent_lives_then_writes_under_each_open_re
     assert exporter.get_finished_spans()[1:] == (), "nothing while the agent lives"
     killed_ns = time.time_ns()
     agent_alive.clear()
-    until = time.monotonic() + 30
-    while len(exporter.get_finished_spans()) < 5 and time.monotonic() < until:
-        time.sleep(0.01)
+    wait_for(lambda: len(exporter.get_finished_spans()) >= 5, 30, "four orphaned spans")
     request.end()
     watch.join(timeout=30)
     assert not watch.is_alive(), "the watch ends with the last open request"
@@ -171,9 +166,7 @@ def test_a_server_whose_agent_is_gone_at_the_first_look_counts_its_time_alone_fr
                              kwargs={"parent_now": lambda: 1}, daemon=True)
     started_ns = time.time_ns()
     watch.start()
-    until = time.monotonic() + 30
-    while not [s for s in exporter.get_finished_spans() if s.name.startswith("orphaned ")] and time.monotonic() < until:
-        time.sleep(0.01)
+    wait_for(lambda: [s for s in exporter.get_finished_spans() if s.name.startswith("orphaned ")], 30, "an orphaned span")
     request.end()
     watch.join(timeout=30)
     tile = next(s for s in exporter.get_finished_spans() if s.name.startswith("orphaned "))

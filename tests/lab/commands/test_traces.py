@@ -9,12 +9,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import repo_copy
+from helpers import repo_copy, wait_for
 
 pytest.importorskip("opentelemetry.sdk", reason="the traces extra is not installed (pip install -e '.[traces]')")
 
@@ -39,15 +38,6 @@ RECEIVER = textwrap.dedent('''
             pass
     http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PHOENIX_PORT"])), Handler).serve_forever()
 ''')
-
-
-def wait_for(check, within: float, what: str):
-    until = time.monotonic() + within
-    while time.monotonic() < until:
-        if found := check():
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {within:g} s")
 
 
 def test_runs_go_to_the_viewer_while_it_runs_and_ctrl_c_stops_it_with_nothing_left(tmp_path):
