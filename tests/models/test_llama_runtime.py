@@ -8,8 +8,8 @@ model is the real Gemma 3 270M, loaded once for the file.
 from __future__ import annotations
 
 import os
-
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -378,6 +378,65 @@ def test_a_run_out_of_time_stops_between_two_decodes(rt, monkeypatch):
     assert rt.tokens == tokens[:3]
     rt.deadline = None
     rt.feed(tokens[3:])
+
+
+
+class DeadlineAfter:
+    """time.monotonic() stood in: before the deadline for the first ``looks`` looks, at it from then on."""
+
+    def __init__(self, looks: int) -> None:
+        self.looks = looks
+
+    def __call__(self) -> float:
+        self.looks -= 1
+        return 99.99 if self.looks >= 0 else 100.0
+
+
+@pytest.mark.real_model
+def test_a_decode_that_reaches_the_deadline_midway_stops_there_and_leaves_the_cache_as_it_was(rt, weights,
+                                                                                              monkeypatch):
+    tokens = rt.vocab.tokenize(PROMPT, bos=True)
+    rt.feed(tokens[:3])
+    rt.deadline = 100.0
+    # the look before the decode finds time left; the first look from inside llama.cpp finds none
+    monkeypatch.setattr(llama_runtime.time, "monotonic", DeadlineAfter(looks=1))
+    with pytest.raises(ModelTimeout, match="^the model ran out of time in the middle of a decode$"):
+        rt.feed(tokens[3:])
+    assert rt.tokens == tokens[:3] and rt.evaluated == 3
+    assert rt._lib.llama_memory_seq_pos_max(rt.memory, 0) == 2  # nothing of the cut decode
+    monkeypatch.setattr(llama_runtime.time, "monotonic", DeadlineAfter(looks=1))
+    with pytest.raises(ModelTimeout, match="in the middle of a decode"):
+        rt.score(tokens[:3], [[5, 6], [5, 7]])  # the options' decode, cut: their sequences are emptied all the same
+    assert [rt._lib.llama_memory_seq_pos_max(rt.memory, k) for k in range(3)] == [2, -1, -1]
+    rt.deadline = None
+    assert same_logits(rt.feed(tokens[3:]), plain_logits(weights, tokens))
+
+
+@pytest.mark.timing
+@pytest.mark.real_model
+def test_the_deadline_overtakes_a_long_decode_on_any_cpu(weights):
+    """One thread and a whole 512-token piece of prompt: one decode long on every CPU. It is timed whole, then
+    cut at a quarter of that time, and must stop before half of it: a bound in the decode's own length, so it
+    holds however fast the CPU, and it fails wherever the deadline is only looked at between decodes."""
+    rt = KVRuntime(n_ctx=1024, n_threads=1, weights=weights)
+    try:
+        head = rt.vocab.tokenize(PROMPT, bos=True)
+        piece = (rt.vocab.tokenize(" the cat sat on the mat." * 200))[:rt.n_batch]
+        rt.feed(head)
+        started = time.monotonic()
+        whole = rt.feed(piece)
+        whole_s = time.monotonic() - started
+        rt.rollback(len(head))
+        rt.deadline = time.monotonic() + whole_s / 4
+        with pytest.raises(ModelTimeout, match="in the middle of a decode"):
+            rt.feed(piece)
+        cut_s = time.monotonic() - (rt.deadline - whole_s / 4)
+        assert cut_s < whole_s / 2, f"stopped after {cut_s:.3f} s of a {whole_s:.3f} s decode"
+        rt.deadline = None
+        assert rt.tokens == head and same_logits(rt.feed(piece), whole)
+    finally:
+        rt.ctx.close()
+        rt.batch.close()
 
 
 @pytest.mark.real_model

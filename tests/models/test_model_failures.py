@@ -205,19 +205,20 @@ def test_a_dead_model_server_is_a_model_failure_not_a_conjugation_server_failure
 @pytest.mark.real_model
 @pytest.mark.parametrize("decode", ["scored", "greedy"])
 def test_real_llama_decoding_stops_when_the_run_is_out_of_time(decode):
-    """Greedy decoding of a whole action takes ~2 s here; a 0.4 s run must end by 0.9 s."""
-    from miniagent.models import resolve_threads
+    """A 0.4 s run must end by 0.9 s, though its model's work is long on purpose: its first decode is a question
+    of 461 tokens on one thread (3.9 s on a Zen 3 EPYC, about twice a 2-thread prefill's time elsewhere). A run
+    that waited for the decode in progress would end seconds late; the deadline reaches inside it."""
     from miniagent.models.llama import LlamaBackend
 
-    # the threads a run gets (auto): two threads on a machine with a core busy stall on each other, and one
-    # decode then outlasts the grace; the run itself would have measured that and taken one
-    model = LlamaBackend(decode=decode, cache_dir=None, n_threads=resolve_threads(0))
+    model = LlamaBackend(decode=decode, cache_dir=None, n_threads=1)
     try:
         started = time.monotonic()
         # Without argument grounding: grounded, this question leaves one option per field, and a scored run
         # answers within the 0.4 s (measured 0.3 s), so nothing would be out of time.
-        outcome = grammar_tutor(QUESTION, model=model, tools=FakeTools(delay=0.0),
-                                config=config(wall_clock_s=0.4, ground_arguments=False))
+        long_question = QUESTION + " Please answer it carefully." * 90
+        outcome = grammar_tutor(long_question, model=model, tools=FakeTools(delay=0.0),
+                                config=config(wall_clock_s=0.4, ground_arguments=False,
+                                              max_input_chars=len(long_question)))
         elapsed = time.monotonic() - started
         # the model still works after an interrupted reply: the next run answers
         after = grammar_tutor(QUESTION, model=model, tools=FakeTools(), config=config())

@@ -145,6 +145,9 @@ class KVRuntime:
         weights = weights or load_weights(model_path, amx)
         path, self.amx, self.model, self.weight_buffers = weights.path, weights.amx, weights.model, weights.buffers
         self._params = params = context_params(n_ctx=n_ctx, n_batch=512, n_seq_max=MAX_SEQUENCES, n_threads=n_threads)
+        # llama.cpp asks it between the steps of each decode (in every context with these params): a deadline
+        # then overtakes a decode in milliseconds, where a 512-token prefill takes up to 3.5 s on a slow CPU.
+        self._abort = params.abort_callback = llama_cpp.ggml_abort_callback(lambda _data: self._out_of_time())
         self.ctx = internals.LlamaContext(model=self.model, params=params, verbose=False)
         self.memory = self.ctx.memory
         self.n_ctx = n_ctx
@@ -157,8 +160,7 @@ class KVRuntime:
         self._next_logits: dict[int, np.ndarray] = {}  # length of prefix -> logits of the next token
         self.evaluated = 0  # tokens evaluated so far (benchmarks read it)
         self.model_path = path
-        # time.monotonic() past which no more work starts; checked between decodes (one token,
-        # one 512-token prefill chunk or one batch of options: each well under the 0.5 s grace).
+        # time.monotonic() past which no more work starts: looked at before each decode and within it
         self.deadline: float | None = None
         self._header: tuple[Path | None, list[int]] = (None, [])  # prime's: its cache file and tokens
 
@@ -168,9 +170,21 @@ class KVRuntime:
         weights = ", ".join(f"{name} {mib:.0f} MiB" for name, mib in self.weight_buffers.items()) or "unknown"
         return f"llama.cpp threads: {threads}, {self.amx.describe()}, weights in {weights}"
 
+    def _out_of_time(self) -> bool:  # llama.cpp's abort callback, and the look before each decode
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
     def _check_deadline(self) -> None:
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        if self._out_of_time():
             raise ModelTimeout("the model ran out of time between two decodes")
+
+    def _decode(self) -> None:
+        """llama.cpp decodes ``self.batch``; a decode aborted at the deadline leaves the cache as it found it."""
+        code = self._lib.llama_decode(self.ctx.ctx, self.batch.batch)
+        if code == 2:  # aborted: llama.cpp removed the batch's cells (one micro-batch: n_ubatch == n_batch)
+            self._lib.llama_memory_seq_rm(self.memory, 0, len(self.tokens), -1)
+            raise ModelTimeout("the model ran out of time in the middle of a decode")
+        if code != 0:
+            raise RuntimeError(f"llama_decode returned {code}")
 
     @contextlib.contextmanager
     def aside(self) -> Iterator[None]:
@@ -204,7 +218,7 @@ class KVRuntime:
             self._check_deadline()
             chunk = tokens[start:start + self.n_batch]
             self.batch.set_batch(batch=chunk, n_past=len(self.tokens), logits_all=False)
-            self.ctx.decode(self.batch)
+            self._decode()
             self.tokens.extend(chunk)
             self.evaluated += len(chunk)
         logits = np.ctypeslib.as_array(self.ctx.get_logits_ith(len(chunk) - 1), shape=(self.n_vocab,)).copy()
@@ -268,21 +282,21 @@ class KVRuntime:
                 batch.logits[row] = j == len(path) - 1
                 batch.n_tokens += 1
             rows[path] = row
-        self.ctx.decode(self.batch)
-        self.evaluated += batch.n_tokens
-        out = {p: np.ctypeslib.as_array(self.ctx.get_logits_ith(r), shape=(self.n_vocab,)).copy()
-               for p, r in rows.items()}
-        for k in range(len(paths)):
-            self._lib.llama_memory_seq_rm(self.memory, k + 1, -1, -1)
-        return out
+        try:
+            self._decode()
+            self.evaluated += batch.n_tokens
+            return {p: np.ctypeslib.as_array(self.ctx.get_logits_ith(r), shape=(self.n_vocab,)).copy()
+                    for p, r in rows.items()}
+        finally:  # the paths' sequences emptied, also when the deadline cut the decode short
+            for k in range(len(paths)):
+                self._lib.llama_memory_seq_rm(self.memory, k + 1, -1, -1)
 
     def decode_masked(self, prompt: list[int], allowed: np.ndarray, stop_token: int, *,
                       max_tokens: int) -> Decoded:
         """Greedy decoding of a string field: only ``allowed`` tokens, until ``stop_token``.
 
-        A boolean mask over the vocabulary does what a one-rule grammar would,
-        at numpy speed (llama.cpp's grammar sampler checks all 262k tokens in C
-        on every step, ~40 ms here).
+        A boolean mask over the vocabulary does what a one-rule grammar would, at numpy speed (llama.cpp's
+        grammar sampler checks all 262k tokens in C on every step, ~40 ms here).
         """
         logits = self.sync(prompt)
         out: list[int] = []
@@ -368,12 +382,10 @@ class KVRuntime:
 
     def _load_prefix(self, path: Path, prefix: list[int]) -> bool:
         self.rollback(0)
-        capacity = len(prefix)
-        array = (self._lib.llama_token * capacity)()
-        count = ctypes.c_size_t(0)
-        read = self._lib.llama_state_seq_load_file(self.ctx.ctx, str(path).encode(), 0, array, capacity,
+        array, count = (self._lib.llama_token * len(prefix))(), ctypes.c_size_t(0)
+        read = self._lib.llama_state_seq_load_file(self.ctx.ctx, str(path).encode(), 0, array, len(prefix),
                                                   ctypes.byref(count))
-        if read == 0 or count.value != capacity or list(array) != prefix:
+        if read == 0 or count.value != len(prefix) or list(array) != prefix:
             self._lib.llama_memory_seq_rm(self.memory, 0, -1, -1)
             return False
         self.tokens = list(prefix)

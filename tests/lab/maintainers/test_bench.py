@@ -439,6 +439,9 @@ def measured(monkeypatch):
         "runs": n, "processes_left": 0, "seconds": 4.5})
     monkeypatch.setattr(bench, "server_startup", lambda: asked.append(("f",)) or {
         "runs": 5, "ready_p50_s": 0.64, "first_answer_p50_s": 0.71})
+    monkeypatch.setattr(bench, "overruns", lambda: asked.append(("g",)) or [
+        {"decode": "scored", "wall_clock_s": 0.4, "runs": 20, "overrun_p50_ms": 12.5, "overrun_max_ms": 31.0,
+         "stop_reasons": ["wall_clock"]}])
 
     class Backend:
         def __init__(self, cache_dir):
@@ -457,7 +460,7 @@ def test_every_figure_by_default_each_once_and_the_backend_closed(measured, caps
 
     assert bench.main([]) == 0
     names = [a[0] for a in measured]
-    assert names == ["backend", "a", "b", "closed", "c", "d", "e", "f"]
+    assert names == ["backend", "a", "b", "closed", "c", "d", "e", "f", "g"]
     assert measured[0] == ("backend", ModelSettings().cache_dir)
     assert measured[1][1] is measured[2][1]  # (a) and (b) share one backend
     assert measured[4] == ("c", ["auto"], ("idle", "one core busy"), 5) and measured[6] == ("e", 50)
@@ -580,6 +583,7 @@ def test_the_backend_is_closed_even_when_a_figure_fails(measured, monkeypatch):
     (["--only", "c"], ["c"]),
     (["--only", "d", "--only", "f"], ["d", "f"]),
     (["--only", "e", "--kills", "3"], ["e"]),
+    (["--only", "g"], ["g"]),
 ])
 def test_only_asks_for_the_figures_named(measured, argv, figures, capsys):
     assert bench.main(argv) == 0
@@ -589,6 +593,9 @@ def test_only_asks_for_the_figures_named(measured, argv, figures, capsys):
     out = capsys.readouterr().out
     assert ("(c) start -> end" in out) == ("c" in figures)
     assert ("(a) turn latency" in out) == ("a" in figures) and ("(b) prompt" in out) == ("b" in figures)
+    assert ("(g) a run's end past its wall clock" in out) == ("g" in figures)
+    if "g" in figures:
+        assert "│ scored │ 0.4          │ 12.5           │ 31.0           │ wall_clock   │" in out
 
 
 def test_the_c_flags_reach_the_measurement(measured):
@@ -629,7 +636,7 @@ def test_a_crashed_agent_ends_the_command_with_its_report(monkeypatch, capsys):
     assert bench.cli(["--only", "f"]) == 0 and given == [["--only", "f"]]
 
 
-@pytest.mark.parametrize("bad", [["--only", "g"], ["--amx", "maybe"], ["--load", "busy"], ["--runs", "x"]])
+@pytest.mark.parametrize("bad", [["--only", "h"], ["--amx", "maybe"], ["--load", "busy"], ["--runs", "x"]])
 def test_a_bad_flag_is_refused_before_anything_runs(measured, bad, capsys):
     with pytest.raises(SystemExit) as exit_:
         bench.main(bad)
@@ -648,7 +655,7 @@ def test_every_flag_is_explained(capsys):
         ("--save NAME", "(c): also write docs_results/bench-NAME.json and its tables (.md, .es.md) for the docs"),
         ("--load {idle,one core busy}",
          "(c): idle, or with one core kept busy by another program (repeatable; default both)"),
-        ("--only {a,b,c,d,e,f}", "only these figures (repeatable), e.g. --only b: KV reuse, a few seconds")]:
+        ("--only {a,b,c,d,e,f,g}", "only these figures (repeatable), e.g. --only b: KV reuse, a few seconds")]:
         assert f"{flag} {help_}" in said, flag
 
 
@@ -671,6 +678,6 @@ def test_the_figures_say_which_cpu_measured_them(measured, monkeypatch, capsys):
 
 
 def test_the_module_runs_as_a_command():
-    proc = subprocess.run([sys.executable, "-m", "miniagent.lab.maintainers.bench", "--only", "g"],
+    proc = subprocess.run([sys.executable, "-m", "miniagent.lab.maintainers.bench", "--only", "h"],
                           capture_output=True, text=True, cwd=Path(ROOT), timeout=60)
-    assert proc.returncode == 2 and "invalid choice: 'g'" in proc.stderr
+    assert proc.returncode == 2 and "invalid choice: 'h'" in proc.stderr

@@ -2,7 +2,7 @@
 
 (a) turn latency over pure decode; (b) prompt tokens per turn (flat: the KV cache is reused); (c) whole
 processes, to the answer and the fallback, idle and busy; (d) the eval set's time; (e) killed runs in a row;
-(f) the MCP server's start-up.
+(f) the MCP server's start-up; (g) how far past its wall clock a run ends (overrun.py).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from typing import Callable
 from ...processes import OtherPrograms, machine_cores
 from ..catalogue import ROOT
 from ..words import number, section
+from .overrun import overruns, print_overruns
 from .. import screen
 
 ADVERSARIAL = "Could you conjugate eat tenderly in the sleepy tense?"  # a verb among words that are not grammar
@@ -31,12 +32,10 @@ UNANSWERABLE = "What is the present perfect of would for you?"
 # The capped path is measured with the out-of-grammar guard off: on, it declines a modal after one tool call.
 CAPPED_PATH_ENV = {"MINIAGENT_DECLINE_OUT_OF_GRAMMAR": "false"}
 ANSWERABLE = "What is the past simple of go for she?"  # two turns: one tool call, then the answer
-# The budgets the lab promises (whole process, median), issue 50: on an idle machine, seconds to the answer and
-# to the capped path's fallback, each within FLOOR_FACTOR of its CPU floor (least_wall_s: the start-up keeps the
-# cores busy); with one core busy, within BUSY_FACTOR of the same path's idle time.
+# The budgets the lab promises (whole process, median; issue 50): idle, seconds to the answer and to the capped
+# path's fallback, each within FLOOR_FACTOR of its CPU floor (least_wall_s); one core busy, BUSY_FACTOR x idle.
 GOALS = {"answer": 1.5, "fallback": 2.0}
-FLOOR_FACTOR = 1.15
-BUSY_FACTOR = 2.0
+FLOOR_FACTOR, BUSY_FACTOR = 1.15, 2.0
 LOADS = ("idle", "one core busy")
 BUSY_OTHERS = 50  # other programs' CPU %, as the harness's busy-machine threshold
 QUESTIONS = ["What is the past simple of go for she?", "Give me the present perfect of write for they.",
@@ -173,11 +172,10 @@ def killed_runs(count: int = 50) -> dict:
     """(e): start the busy-looping agent, kill it at a short timeout, count what survives."""
     from ..harness.run import run_experiment
 
-    left = 0
+    left, started = 0, time.perf_counter()
     command = [sys.executable, "-m", "miniagent", "ask", ADVERSARIAL, "--llm", "scripted:wanderer",
                "--max-turns", "1000000", "--max-tool-calls", "1000000", "--wall-clock-s", "1000000",
                "--decline-out-of-grammar", "false"]  # on, the sleepy tense would be declined before any turn
-    started = time.perf_counter()
     trace_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"miniagent-bench-{os.getpid()}"
     for i in range(count):
         # Timeouts from 0.5 to 2.0 s: some kills land during start-up, most inside the loop.
@@ -215,10 +213,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="(c): also write docs_results/bench-NAME.json and its tables (.md, .es.md) for the docs")
     parser.add_argument("--load", choices=LOADS, action="append", default=None,
                         help="(c): idle, or with one core kept busy by another program (repeatable; default both)")
-    parser.add_argument("--only", choices=("a", "b", "c", "d", "e", "f"), action="append", default=None,
+    parser.add_argument("--only", choices=tuple("abcdefg"), action="append", default=None,
                         help="only these figures (repeatable), e.g. --only b: KV reuse, a few seconds")
     args = parser.parse_args(argv)
-    only = set(args.only or "abcdef")
+    only = set(args.only or "abcdefg")
     from ...models.llama import LlamaBackend
     from ...models.llama_params import cpu_model_name, cpu_reports_amx
     from ...models.settings import ModelSettings
@@ -243,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         figures["e_killed_runs"] = killed_runs(args.kills)
     if "f" in only:
         figures["f_server_startup"] = server_startup()
+    if "g" in only:
+        figures["g_overrun"] = overruns()
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
@@ -352,6 +352,8 @@ def print_figures(f: dict) -> None:
         s = f["f_server_startup"]
         console.print(f"(f) conjugation server, median of {s['runs']} starts: handshake done in {s['ready_p50_s']:.2f} s, "
                       f"first answer at {s['first_answer_p50_s']:.2f} s", highlight=False)
+    if "g_overrun" in f:
+        print_overruns(console, f["g_overrun"])
 
 
 def _print_c(console, rows: list[dict], cores: int) -> None:
