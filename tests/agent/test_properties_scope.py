@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from miniagent.agent.config import TutorConfig
 from miniagent.agent.grammar import MODALS, TENSES
-from miniagent.agent.grounding import TENSE_WORDS
+from miniagent.agent.grounding import NOT_VERBS as NOT_VERBS_OF_THE_REQUEST
+from miniagent.agent.grounding import PERSON_WORDS, TENSE_WORDS
 from miniagent.agent.loop import GrammarTutor
 from miniagent.agent.scope import refused_verb
 from miniagent.tools.conjugation import ConjugationError, validate_verb
@@ -29,6 +30,9 @@ ENGLISH = ("What is the {tense} of {verb} for {who}?", "Conjugate {verb} in the 
 SPANISH = ("Conjuga '{verb}' en {tense} para '{who}'.", "¿Cuál es el {tense} de '{verb}' para '{who}'?")
 SPANISH_TENSES = {"past simple": "pasado simple", "present perfect": "presente perfecto",
                   "future simple": "futuro simple"}
+ENGLISH_NOUNS = ("tense", "form", "mood", "voice", "aspect", "past", "present", "future")
+SPANISH_NOUNS = ("tiempo", "forma", "modo", "pretérito", "pasado", "presente", "futuro")
+NOT_GRAMMAR_WORDS = NOT_VERBS_OF_THE_REQUEST | set(PERSON_WORDS)  # a made-up name is none of these
 
 
 def refused(word: str) -> bool:
@@ -52,8 +56,11 @@ def outside(draw) -> tuple[str, str, str]:
     who = draw(st.sampled_from(SUBJECTS))
     if kind == "tense":
         name = draw(st.sampled_from(("dreaming", "hopeful", "magical", "purple", "sleepy", "quantum")) | made_up_words)
-        assume(name not in TENSE_WORDS)
-        tense = f"tiempo {name}" if spanish else f"{name} tense"
+        assume(name not in TENSE_WORDS and name not in NOT_GRAMMAR_WORDS)
+        # named as "X tense" / «tiempo X», or with another noun: "the X past", "the X mood", «el pretérito X»
+        noun = draw(st.sampled_from(SPANISH_NOUNS if spanish else ENGLISH_NOUNS))
+        tense = f"{noun} {name}" if spanish else f"{name} {noun}"
+        name = name if noun in ("tense", "tiempo") else tense
         verb = draw(st.sampled_from(("eat", "go", "sing")))
     else:
         name = draw(st.sampled_from(NOT_VERBS + tuple(sorted(MODALS))) | made_up_words)

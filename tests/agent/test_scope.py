@@ -8,7 +8,7 @@ from helpers import FakeTools, config, scripted
 from miniagent.agent.errors import OutOfGrammar
 from miniagent.agent.grammar import TENSES
 from miniagent.agent.loop import grammar_tutor
-from miniagent.agent.scope import GrammarScope, language_of, made_up_tense, refused_verb
+from miniagent.agent.scope import GrammarScope, language_of, made_up_tense, nearest_tense, refused_verb
 from miniagent.agent.trace import Trace
 
 
@@ -26,6 +26,55 @@ from miniagent.agent.trace import Trace
 ])
 def test_a_tense_the_grammar_lacks_is_read_from_the_question(question, tense):
     assert made_up_tense(question) == tense
+
+
+@pytest.mark.parametrize("question, name, nearest", [
+    # issue 62's shapes: a made-up tense named with another noun than "tense"
+    ("What is the ancient past of write for they?", "ancient past", "past simple"),
+    ("What is the dreaming form of eat for I?", "dreaming form", ""),
+    ("Conjugate walk in the sparkly mood for she.", "sparkly mood", ""),
+    ("Give me the subjunctive mood of be for I", "subjunctive mood", ""),  # a real mood: not one of the tenses
+    ("Can you give me the hyper-conditional mood of walk for we?", "hyper-conditional mood", ""),
+    ("¿Cuál es el pretérito galáctico de 'run' para 'yo'?", "pretérito galáctico", "past simple"),
+    ("What's the passive voice of write for they?", "passive voice", ""),
+    ("What is the distant Future Perfect of go for I?", "distant Future", "future perfect"),
+    ("Dame el futuro lejano de 'go' para 'ella'.", "futuro lejano", "future simple"),
+    # the grammar's own words, persons, the request's words: no made-up name
+    ("What's the past simple form of 'lend' for they?", "", ""),
+    ("What is the -ing form of swim for I?", "", ""),
+    ("Give the correct form of go in the past simple for she.", "", ""),
+    ("What is the she form of go in the present simple?", "", ""),
+    ("¿Qué forma tiene 'worry' en presente continuo con 'yo'?", "", ""),  # "tiene" is followed by the verb
+    ("¿Cuál es el pretérito indefinido de 'go' para 'yo'?", "", ""),  # Spanish grammar's own name
+    ("he / keep / present simple", "", ""),
+    ("What is the Past Simple of go for she?", "", ""),
+])
+def test_a_tense_named_with_another_noun_must_be_made_of_the_grammars_words(question, name, nearest):
+    assert made_up_tense(question) == name
+    if name:
+        assert nearest_tense(question, name) == nearest
+
+
+@pytest.mark.parametrize("tense", TENSES)
+@pytest.mark.parametrize("template", ["What is the {} form of go for she?", "What is the {} of go for she?",
+                                      "Conjugate go in the {} for she.", "What's the {} tense of 'go' for she?"])
+def test_every_real_tense_in_the_same_shapes_is_no_made_up_name(tense, template):
+    assert made_up_tense(template.format(tense)) == ""
+
+
+def test_the_no_to_a_made_up_name_offers_the_nearest_real_tense_in_the_learners_language():
+    for question, said in [
+        ("What is the ancient past of write for they?", "The nearest of them: the past simple."),
+        ("¿Cuál es el pretérito galáctico de 'run' para 'yo'?", "El más cercano: el past simple."),
+    ]:
+        scope = GrammarScope(enabled=True)
+        with pytest.raises(OutOfGrammar) as raised:
+            scope.start(question)
+        assert raised.value.reason.endswith(said) and f"{raised.value.word!r}" in raised.value.reason
+    scope = GrammarScope(enabled=True)
+    with pytest.raises(OutOfGrammar) as raised:
+        scope.start("What's the passive voice of write for they?")
+    assert "nearest" not in raised.value.reason and "'passive voice'" in raised.value.reason
 
 
 @pytest.mark.parametrize("error, word", [

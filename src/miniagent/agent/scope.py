@@ -11,7 +11,7 @@ import re
 
 from .errors import OutOfGrammar
 from .grammar import TENSES
-from .grounding import TENSE_WORDS, verbs_named, words
+from .grounding import NOT_VERBS, PERSON_WORDS, TENSE_WORDS, tenses_named, verbs_named, words
 
 # Words before "tense" (or after "tiempo") that do not name one: "which tense", "the same tense", "tiempo verbal".
 _NOT_A_TENSE_NAME = frozenset("""
@@ -21,6 +21,17 @@ de del en el la que qué cual cuál es está verbal correcto gramatical para con
 """.split())
 _ENGLISH_TENSE_RE = re.compile(r"([^\W\d_]+)[ -]tenses?\b", re.IGNORECASE | re.UNICODE)
 _SPANISH_TENSE_RE = re.compile(r"\btiempos?\s+([^\W\d_]+)", re.IGNORECASE | re.UNICODE)
+# Other nouns a tense is named with. English names it before the noun, after an article or "in" ("the ancient past",
+# "in the dreaming form", "the passive voice"); Spanish after it, before "de", "para"... («el pretérito galáctico
+# de»). A name there must be made of the grammar's words; a mood or a voice is never among its tenses.
+_NAMED_BEFORE = frozenset({"form", "forms", "mood", "moods", "voice", "aspect", "past", "present", "future"})
+_NAMED_AFTER = frozenset({"forma", "modo", "pretérito", "pasado", "presente", "futuro"})
+_NEVER_A_TENSE = frozenset({"mood", "moods", "voice", "modo"})
+_OPENS = frozenset({"the", "a", "an", "in", "into", "its", "their", "this", "that", "my", "your"})
+_CLOSES = frozenset({"de", "del", "para", "con", "en", "y", "", "?", ".", "!", ",", ";", ":"})
+# Spanish grammar's own names of tenses: not made up, though the grammar does not map them (the model chooses).
+_SPANISH_TENSE_NAMES = frozenset({"indefinido", "imperfecto", "pluscuamperfecto", "compuesto", "anterior"})
+_TOKEN_RE = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*|[^\w\s]", re.UNICODE)
 # How the tool refuses a word as a verb: "'blorf' is not an English verb I know", "'must' is not a verb (it is a
 # modal verb ...)", "'beware' has no past or -ing forms". Not "give the base form 'go'": that word has a verb.
 _REFUSAL_RE = re.compile(r"'([^']+)' (?:is not (?:a verb|an English verb)|has no past)[^.]*\.(?: In its place[^.]*\.)?")
@@ -33,9 +44,11 @@ vosotros ellos ellas usted ustedes pasado presente futuro
 TEXTS = {
     "en": {"tense": "I cannot answer that: there is no {word!r} tense among the ones I conjugate. "
                     "The {n} I know: {tenses}.",
+           "nearest": " The nearest of them: the {tense}.",
            "verb": "I cannot answer that: {reason}"},
     "es": {"tense": "No puedo responder a eso: no hay un tiempo {word!r} entre los que conjugo. "
                     "Los {n} que conozco (en inglés): {tenses}.",
+           "nearest": " El más cercano: el {tense}.",
            "verb": "No puedo responder a eso. La herramienta de conjugación dice: {reason}"},
 }
 
@@ -46,13 +59,38 @@ def language_of(question: str) -> str:
 
 
 def made_up_tense(question: str) -> str:
-    """The name of a tense the grammar lacks, as the question writes it ("dreaming"), or ""."""
+    """The name of a tense the grammar lacks, as the question writes it ("dreaming", "ancient past"), or ""."""
     for pattern in (_ENGLISH_TENSE_RE, _SPANISH_TENSE_RE):
         for match in pattern.finditer(question):
             word = match.group(1).lower()
             if word not in _NOT_A_TENSE_NAME and word not in TENSE_WORDS:
                 return match.group(1)
+    return _made_up_name(_TOKEN_RE.findall(question))
+
+
+def _made_up_name(tokens: list[str]) -> str:
+    """A tense noun other than "tense" named with a word that is no grammar word ("the ancient past"), or ""."""
+    said = [t.lower() for t in tokens]
+    for i, noun in enumerate(said):
+        if noun in _NAMED_BEFORE and i >= 2 and said[i - 2] in _OPENS and _not_a_grammar_word(said[i - 1], noun):
+            return f"{tokens[i - 1]} {tokens[i]}"
+        after, then = (said[i + 1:i + 3] + ["", ""])[:2]
+        if noun in _NAMED_AFTER and then in _CLOSES and _not_a_grammar_word(after, noun):
+            return f"{tokens[i]} {tokens[i + 1]}"
     return ""
+
+
+def _not_a_grammar_word(word: str, noun: str) -> bool:
+    if not word[:1].isalpha() or word in _SPANISH_TENSE_NAMES:
+        return False
+    return noun in _NEVER_A_TENSE or not {word} & (_NOT_A_TENSE_NAME | NOT_VERBS | TENSE_WORDS.keys() | PERSON_WORDS.keys())
+
+
+def nearest_tense(question: str, made_up: str) -> str:
+    """The grammar's one tense that the question's words still name once the made-up name's words are left out
+    ("the ancient past" -> past simple), or ""."""
+    named = tenses_named(" ".join(w for w in words(question) if w not in set(words(made_up)) - set(TENSE_WORDS)))
+    return named[0] if named else ""
 
 
 def refused_verb(error: str) -> tuple[str, str]:
@@ -81,7 +119,9 @@ class GrammarScope:
         self.candidates = set(verbs_named(question)) & self.words
         tense = made_up_tense(question)
         if self.enabled and tense:
-            raise OutOfGrammar("tense", tense, self.text("tense", tense))
+            nearest = nearest_tense(question, tense)
+            said = self.text("tense", tense) + (TEXTS[self.language]["nearest"].format(tense=nearest) if nearest else "")
+            raise OutOfGrammar("tense", tense, said)
 
     def saw_error(self, verb: object, error: str) -> None:
         """A tool error for a call with ``verb``: when the tool refused it and it was the question's last
