@@ -93,3 +93,32 @@ def test_a_question_outside_the_grammar_gets_a_no_that_names_what_it_lacks_and_n
     assert outcome.stop_reason == "out_of_grammar", f"ended {outcome.stop_reason}: {outcome.answer!r}"
     assert outcome.stats.turns <= 2 and f"'{name.lower()}'" in outcome.answer.lower(), outcome.answer
     assert len(tools.calls) == (0 if kind == "tense" else 1), "the no comes from the question, or the tool's refusal"
+
+
+REAL_SHAPES = ("What is the {tense} of {verb} for {who}?", "What is the {tense} form of '{verb}' for {who}?",
+               "Conjugate {verb} in the {tense} for {who}.", "Give me {verb}, {tense}, {who}.")
+
+
+@given(st.sampled_from(TENSES), st.sampled_from(REAL_SHAPES), st.sampled_from(("eat", "go", "sing", "walk")),
+       st.sampled_from(("I", "you", "she", "we", "they")))
+def test_every_real_tense_in_the_shapes_of_the_made_up_ones_is_answered(tense, shape, verb, who):
+    """A real tense, written where the made-up names stand, is answered: the guard reads names, not shapes."""
+    question = shape.format(tense=tense, verb=verb, who=who)
+    outcome = GrammarTutor(KeepsToTheSchema(), FakeTools(), TutorConfig()).run(question)
+    assert outcome.stop_reason == "answered", f"{question!r} ended {outcome.stop_reason}: {outcome.answer!r}"
+
+
+TRIVIA = ("What is the {noun} of {place}?", "How {adjective} is {place}?", "Who won the {noun} in {year}?",
+          "¿Cuál es la {noun} de {place}?", "Tell me about {place}.")
+
+
+@given(st.sampled_from(TRIVIA), st.sampled_from(("capital", "population", "height", "cup", "mount", "river")),
+       st.sampled_from(("France", "Mount Everest", "the moon", "Madrid", "my town")),
+       st.sampled_from(("tall", "old", "big", "far")), st.integers(1900, 2030))
+def test_a_question_with_nothing_to_conjugate_is_declined_before_any_call(shape, noun, place, adjective, year):
+    """Nothing to conjugate (no tense named, no conjugation asked for): a no before any model or tool call."""
+    question = shape.format(noun=noun, place=place, adjective=adjective, year=year)
+    tools = FakeTools()
+    outcome = GrammarTutor(KeepsToTheSchema(), tools, TutorConfig()).run(question)
+    assert outcome.stop_reason == "out_of_grammar" and outcome.stats.turns == 0 and tools.calls == []
+    assert "I conjugate English verbs" in outcome.answer or "conjugo verbos ingleses" in outcome.answer

@@ -39,6 +39,13 @@ def test_a_tense_the_grammar_lacks_is_read_from_the_question(question, tense):
     ("What's the passive voice of write for they?", "passive voice", ""),
     ("What is the distant Future Perfect of go for I?", "distant Future", "future perfect"),
     ("Dame el futuro lejano de 'go' para 'ella'.", "futuro lejano", "future simple"),
+    ("What's 'dance' in the sleepy perfect, with my brother as subject?", "sleepy perfect", ""),
+    # grammar beyond the twelve tenses, wherever the question names it, with its noun where it has one
+    ("Can you give me 'run' in the subjunctive for she?", "subjunctive", ""),
+    ("Please show me the conditional perfect of 'go' with we.", "conditional perfect", ""),
+    ("JUSSIVE of 'leave' for he??", "JUSSIVE", ""),
+    ("¿Cuál es la voz pasiva de 'build' para 'it'?", "voz pasiva", ""),
+    ("¿Y en el imperativo? El verbo es 'listen', sujeto: you", "imperativo", ""),
     # the grammar's own words, persons, the request's words: no made-up name
     ("What's the past simple form of 'lend' for they?", "", ""),
     ("What is the -ing form of swim for I?", "", ""),
@@ -219,3 +226,47 @@ def test_with_the_guard_off_the_forced_choice_answers_a_made_up_tense():
 def test_a_subject_that_is_no_pronoun_is_kept(question, answer):
     outcome, _ = run(question)
     assert (outcome.stop_reason, outcome.answer) == ("answered", answer)
+
+
+@pytest.mark.parametrize("question, language", [
+    ("How tall is Mount Everest?", "en"),  # "mount" is a verb, but nothing asks to conjugate it
+    ("Who won the football world cup in 2018?", "en"),
+    ("What is the capital of France?", "en"),
+    ("Where does she live?", "en"),
+    ("¿Cuál es la capital de Francia?", "es"),
+])
+def test_a_question_with_nothing_to_conjugate_gets_a_no_before_any_model_call(question, language):
+    outcome, trace = run(question)
+    assert outcome.stop_reason == "out_of_grammar" and outcome.stats.turns == 0 and not trace_calls(trace)
+    said = {"en": "I cannot answer that: I conjugate English verbs, and your question names no tense",
+            "es": "No puedo responder a eso: conjugo verbos ingleses, y tu pregunta no nombra ningún tiempo"}
+    assert outcome.answer.startswith(said[language])
+    assert [e["kind"] for e in trace.events if e.get("name") == "out_of_grammar"] == ["nothing"]
+
+
+@pytest.mark.parametrize("question", ["Conjugate go for she.", "What is the perfect of go for she?",
+                                      "Dame el verbo 'go' para ella."])
+def test_a_question_that_names_no_tense_is_asked_which_one_never_answered_in_a_tense_chosen_silently(question):
+    outcome, trace = run(question)
+    assert outcome.stop_reason == "out_of_grammar" and outcome.stats.turns == 0
+    assert outcome.answer.startswith(("Which tense? Your question names none", "¿En qué tiempo? Tu pregunta"))
+    assert f"{', '.join(TENSES)}." in outcome.answer
+    assert [e["kind"] for e in trace.events if e.get("name") == "out_of_grammar"] == ["no_tense"]
+
+
+@pytest.mark.parametrize("question", ["What is the past simple of go for she?", "Conjugate swim in the future "
+                                      "continuous for we.", "she / drink / past perfect?", "What is the past of go?"])
+def test_a_question_that_asks_for_a_tense_is_not_held_up(question):
+    scope = GrammarScope(enabled=True)
+    scope.start(question)  # raises nothing
+
+
+def test_a_spanish_word_is_named_as_such_by_the_tool_and_the_no_says_so():
+    outcome, trace = run("¿Cuál es el pasado simple de 'comer' para yo?")
+    assert outcome.stop_reason == "out_of_grammar" and outcome.stats.turns == 1
+    assert outcome.answer == ("No puedo responder a eso. La herramienta de conjugación dice: 'comer' is a Spanish "
+                              "word, not an English verb: I conjugate English verbs.")
+
+
+def trace_calls(trace) -> list:
+    return [e for e in trace.events if e["event"] in ("tool_call", "model_action")]

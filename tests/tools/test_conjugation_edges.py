@@ -12,7 +12,7 @@ import pytest
 
 from miniagent.tools import conjugation as cj
 from miniagent.tools import lexicon
-from miniagent.tools.conjugation import PERSONS, PRONOUNS, TENSES, ConjugationError
+from miniagent.tools.conjugation import PERSONS, PRONOUNS, TENSES, ConjugationError, validate_verb
 
 LIMIT = cj._MAX_RAW_LEN
 
@@ -135,3 +135,18 @@ def test_a_chosen_form_under_a_stem_that_is_not_one_or_given_twice_is_a_packagin
 def test_chosen_forms_of_different_verbs_under_the_same_stem_are_each_kept(monkeypatch):
     monkeypatch.setattr(lexicon, "_tsv", lambda name, header: [("go", "past", "went", "."), ("be", "past", "was", ".")])
     assert lexicon._chosen_forms.__wrapped__() == {"go": {"past": "went"}, "be": {"past": "was"}}
+
+
+@pytest.mark.parametrize("word", ["comer", "hablar", "ser", "mujer"])
+def test_a_spanish_word_is_refused_as_a_spanish_word(word):
+    with pytest.raises(ConjugationError, match=f"^'{word}' is a Spanish word, not an English verb: I conjugate "
+                                               "English verbs.$"):
+        validate_verb(word)
+
+
+@pytest.mark.parametrize("word, said", [("idea", "'idea' is not a verb (it is a noun)."),  # common in both lists
+                                        ("hotel", "'hotel' is not a verb (it is a noun)."),
+                                        ("kitchen", "'kitchen' is not a verb (it is a noun).")])
+def test_an_english_noun_that_spanish_uses_too_stays_an_english_noun(word, said):
+    with pytest.raises(ConjugationError, match=f"^{re.escape(said)}$"):
+        validate_verb(word)

@@ -109,7 +109,7 @@ class OutOfGrammar(Terminal):
 
     def __init__(self, kind: str, word: str, reason: str) -> None:
         super().__init__(reason)
-        self.kind, self.word, self.reason = kind, word, reason  # kind: "tense" or "verb"
+        self.kind, self.word, self.reason = kind, word, reason  # kind: "tense", "verb", "nothing", "no_tense"
 
 
 class InvalidInput(Terminal):

@@ -1,8 +1,9 @@
 """The grammar's scope: a question the tutor cannot answer gets a clear "no", never a made-up form.
 
-The mask forces a choice (theory 03), so this guard ends the run with ``out_of_grammar`` and says why: a tense
-the question names and the grammar lacks, before any model call; a word the tool refuses as a verb, once every
-word that may be the verb was refused, in the tool's words.
+The mask forces a choice (theory 03), so this guard ends the run with ``out_of_grammar`` and says why. Before
+any model call: a tense the question names and the grammar lacks, a question with nothing to conjugate, one that
+names no tense (asked back: which one?). After a tool call: a word the tool refuses as a verb, once every word
+that may be the verb was refused, in the tool's words.
 """
 
 from __future__ import annotations
@@ -24,17 +25,32 @@ _SPANISH_TENSE_RE = re.compile(r"\btiempos?\s+([^\W\d_]+)", re.IGNORECASE | re.U
 # Other nouns a tense is named with. English names it before the noun, after an article or "in" ("the ancient past",
 # "in the dreaming form", "the passive voice"); Spanish after it, before "de", "para"... («el pretérito galáctico
 # de»). A name there must be made of the grammar's words; a mood or a voice is never among its tenses.
-_NAMED_BEFORE = frozenset({"form", "forms", "mood", "moods", "voice", "aspect", "past", "present", "future"})
+_NAMED_BEFORE = frozenset({"form", "forms", "mood", "moods", "voice", "aspect", "past", "present", "future", "perfect",
+                           "continuous", "progressive", "simple"})
 _NAMED_AFTER = frozenset({"forma", "modo", "pretérito", "pasado", "presente", "futuro"})
 _NEVER_A_TENSE = frozenset({"mood", "moods", "voice", "modo"})
 _OPENS = frozenset({"the", "a", "an", "in", "into", "its", "their", "this", "that", "my", "your"})
 _CLOSES = frozenset({"de", "del", "para", "con", "en", "y", "", "?", ".", "!", ",", ";", ":"})
+# Grammar's names for what is no tense of the twelve (moods, voices, non-finite forms): a closed list, unlike the
+# made-up names above. Wherever the question says one, it asks for something the grammar lacks.
+_OTHER_GRAMMAR = frozenset("""
+subjunctive imperative conditional pluperfect jussive optative cohortative gerund gerundive infinitive participle
+passive subjuntivo imperativo condicional pasiva gerundio infinitivo participio potencial
+""".split())
 # Spanish grammar's own names of tenses: not made up, though the grammar does not map them (the model chooses).
 _SPANISH_TENSE_NAMES = frozenset({"indefinido", "imperfecto", "pluscuamperfecto", "compuesto", "anterior"})
+# A question about conjugating names a tense or asks for one of these; one that does neither ("What is the capital of
+# France?") has nothing to conjugate, whatever verb-like word it holds ("How tall is Mount Everest?" -> "mount").
+_ASKS_TO_CONJUGATE = frozenset("""
+conjugate conjugates conjugated conjugating conjugation conjugations tense tenses form forms verb verbs
+conjuga conjugar conjugue conjugación conjugaciones tiempo tiempos verbo verbos forma formas
+""".split())
 _TOKEN_RE = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*|[^\w\s]", re.UNICODE)
 # How the tool refuses a word as a verb: "'blorf' is not an English verb I know", "'must' is not a verb (it is a
-# modal verb ...)", "'beware' has no past or -ing forms". Not "give the base form 'go'": that word has a verb.
-_REFUSAL_RE = re.compile(r"'([^']+)' (?:is not (?:a verb|an English verb)|has no past)[^.]*\.(?: In its place[^.]*\.)?")
+# modal verb ...)", "'beware' has no past or -ing forms", "'comer' is a Spanish word". Not "give the base form
+# 'go'": that word has a verb.
+_REFUSAL_RE = re.compile(r"'([^']+)' (?:is not (?:a verb|an English verb)|has no past|is a Spanish word)[^.]*\."
+                         r"(?: In its place[^.]*\.)?")
 # Words only a Spanish question holds; two of them make the tutor say its "no" in Spanish.
 _SPANISH_WORDS = frozenset("""
 conjuga conjugar conjugación tiempo verbo cuál qué cómo dime dame para del el la en es yo tú ella él nosotros
@@ -45,11 +61,20 @@ TEXTS = {
     "en": {"tense": "I cannot answer that: there is no {word!r} tense among the ones I conjugate. "
                     "The {n} I know: {tenses}.",
            "nearest": " The nearest of them: the {tense}.",
-           "verb": "I cannot answer that: {reason}"},
+           "verb": "I cannot answer that: {reason}",
+           "no_tense": "Which tense? Your question names none that I can tell apart, and I will not choose one "
+                       "for you. The {n} I know: {tenses}.",
+           "nothing": "I cannot answer that: I conjugate English verbs, and your question names no tense and asks "
+                      "for no conjugation. Ask me, for example: \"What is the past simple of go for she?\""},
     "es": {"tense": "No puedo responder a eso: no hay un tiempo {word!r} entre los que conjugo. "
                     "Los {n} que conozco (en inglés): {tenses}.",
            "nearest": " El más cercano: el {tense}.",
-           "verb": "No puedo responder a eso. La herramienta de conjugación dice: {reason}"},
+           "verb": "No puedo responder a eso. La herramienta de conjugación dice: {reason}",
+           "no_tense": "¿En qué tiempo? Tu pregunta no nombra ninguno que yo sepa distinguir, y no voy a elegirlo "
+                       "por ti. Los {n} que conozco (en inglés): {tenses}.",
+           "nothing": "No puedo responder a eso: conjugo verbos ingleses, y tu pregunta no nombra ningún tiempo ni "
+                      "pide ninguna conjugación. Pregúntame, por ejemplo: «¿Cuál es el pasado simple de 'go' para "
+                      "'ella'?»"},
 }
 
 
@@ -65,7 +90,26 @@ def made_up_tense(question: str) -> str:
             word = match.group(1).lower()
             if word not in _NOT_A_TENSE_NAME and word not in TENSE_WORDS:
                 return match.group(1)
-    return _made_up_name(_TOKEN_RE.findall(question))
+    tokens = _TOKEN_RE.findall(question)
+    return _other_grammar(tokens) or _made_up_name(tokens)
+
+
+def _other_grammar(tokens: list[str]) -> str:
+    """A name of grammar beyond the twelve tenses, with its noun where it has one ("passive voice", «voz pasiva»)."""
+    said = [t.lower() for t in tokens] + [""]
+    for i, word in enumerate(said[:-1]):
+        if word in _OTHER_GRAMMAR:
+            if said[i + 1] in _NAMED_BEFORE | {"tense"}:
+                return f"{tokens[i]} {tokens[i + 1]}"
+            if i and said[i - 1] in _NAMED_AFTER | {"voz", "tiempo"}:
+                return f"{tokens[i - 1]} {tokens[i]}"
+            return tokens[i]
+    return ""
+
+
+def asks_to_conjugate(question: str) -> bool:
+    """Whether the question names a tense word or asks for a conjugation, a form or a verb at all."""
+    return bool(set(words(question)) & (_ASKS_TO_CONJUGATE | TENSE_WORDS.keys()))
 
 
 def _made_up_name(tokens: list[str]) -> str:
@@ -122,6 +166,10 @@ class GrammarScope:
             nearest = nearest_tense(question, tense)
             said = self.text("tense", tense) + (TEXTS[self.language]["nearest"].format(tense=nearest) if nearest else "")
             raise OutOfGrammar("tense", tense, said)
+        if self.enabled and not asks_to_conjugate(question):
+            raise OutOfGrammar("nothing", "", self.text("nothing"))
+        if self.enabled and not tenses_named(question):  # asked back: a tense is never chosen silently
+            raise OutOfGrammar("no_tense", "", self.text("no_tense"))
 
     def saw_error(self, verb: object, error: str) -> None:
         """A tool error for a call with ``verb``: when the tool refused it and it was the question's last

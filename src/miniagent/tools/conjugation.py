@@ -7,6 +7,7 @@ stems come from :mod:`miniagent.tools.lexicon`.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ..agent.grammar import MODALS, PERSONS, PRONOUNS, TENSES
@@ -179,6 +180,8 @@ def _what_it_is(word: str, particles: str = "") -> str:
     """Why ``word`` is not a verb's base form, as the error message's text."""
     if word in _NOT_VERBS:
         return f"{word!r} is not a verb (it is {_NOT_VERBS[word]})."
+    if is_spanish_word(word):
+        return f"{word!r} is a Spanish word, not an English verb: I conjugate English verbs."
     lib = library()
     lemmas = lib.getAllLemmas(word)  # loads the lemma table: only ever on this error path
     found = []
@@ -201,6 +204,24 @@ def _what_it_is(word: str, particles: str = "") -> str:
     if kinds:
         return f"{word!r} is not a verb (it is {' or '.join(kinds)})."
     return f"{word!r} is not an English verb I know (it is not in the verb lexicon)."
+
+
+# A word is Spanish where Spanish text uses it and English text all but never does ("comer", "mar"), measured by
+# word frequency in each language's lists: "idea" or "hotel", common in both, stay English nouns.
+SPANISH_AT_LEAST, ENGLISH_BELOW = 1e-6, 1e-6
+
+
+def is_spanish_word(word: str) -> bool:
+    spanish, english = _word_frequencies()
+    return spanish.word_usage_frequency(word) >= SPANISH_AT_LEAST and english.word_usage_frequency(word) < ENGLISH_BELOW
+
+
+@functools.lru_cache(maxsize=1)
+def _word_frequencies():
+    """pyspellchecker's Spanish and English word lists (0.3 s to load: only ever on this error path)."""
+    from spellchecker import SpellChecker
+
+    return SpellChecker(language="es", distance=1), SpellChecker(language="en", distance=1)
 
 
 # The usual stand-in for a modal in the tenses it lacks: "must" -> "have to" (he has had to).
