@@ -23,6 +23,8 @@ from miniagent.agent.trace import Trace
     ("Tense: past simple. Verb: sell. Subject: we.", ""),
     ("¿En qué tiempo verbal está 'went'?", ""),
     ("What is the past of go for she?", ""),
+    ("What is the Past Simple tense of go for she?", ""),  # capitals: a real tense all the same (issue 63)
+    ("Conjuga 'eat' en el Tiempo soñador para 'yo'.", "soñador"),
 ])
 def test_a_tense_the_grammar_lacks_is_read_from_the_question(question, tense):
     assert made_up_tense(question) == tense
@@ -270,3 +272,11 @@ def test_a_spanish_word_is_named_as_such_by_the_tool_and_the_no_says_so():
 
 def trace_calls(trace) -> list:
     return [e for e in trace.events if e["event"] in ("tool_call", "model_action")]
+
+
+def test_a_verb_the_tool_refuses_for_having_no_past_gets_the_clear_no_after_one_call():
+    """Issue 63: "beware" has no past: the tool's refusal ends the run, not a fallback after retries."""
+    outcome, trace = run("What is the past simple of 'beware' for she?")
+    assert outcome.stop_reason == "out_of_grammar" and outcome.stats.turns == 1
+    assert outcome.answer == ("I cannot answer that: 'beware' has no past or -ing forms, so it has no full "
+                              "conjugation.")

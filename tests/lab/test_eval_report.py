@@ -296,3 +296,15 @@ def test_the_trace_is_closed_even_when_the_eval_fails(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError):
         run_eval_cli(args(trace=str(tmp_path / "t.jsonl")), Settings())
     assert traces[0]._stream is None
+
+
+def test_answered_right_counts_answer_items_only_and_declines_apart(stand_in, capsys):
+    """Issue 63: a right decline is no right answer; the printed line keeps the two apart."""
+    declined = EvalItem("What is the dreaming tense of eat for I?", [], decline="dreaming")
+    stand_in(outcome("she went"), outcome("I eat"),
+             outcome("I cannot answer that: there is no 'dreaming' tense", "out_of_grammar", turns=0, calls={}))
+    report = run_eval([*ITEMS[:2], declined], load_config({"llm": "scripted:oracle"}))
+    assert (report["correct"], report["answer_items"], report["answered_right"]) == (2, 2, 1)
+    assert (report["decline_items"], report["declined_right"], report["made_up_answers"]) == (1, 1, 0)
+    print_report(report)
+    assert "answered right: 1/2; declined right: 1/1; made-up forms stated as answers: 0" in capsys.readouterr().out
