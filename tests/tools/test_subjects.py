@@ -60,3 +60,20 @@ def test_a_modal_with_a_usual_stand_in_names_it_in_the_tense_asked(modal, tense,
             conjugate_text(modal, tense, person)
         assert str(refused.value).startswith(f"'{modal}' is not a verb (it is a modal verb")
         assert str(refused.value).endswith(sentence or "e.g. 'see', 'go', 'be'.")
+
+
+@pytest.mark.parametrize("args, result", [
+    (("eat", "present perfect", "The children"), "The children have eaten"),  # a capital determiner (issue 63)
+    (("be", "present simple", "These books"), "These books are"),
+    (("walk", "past simple", "the old man and his dog"), "the old man and his dog walked"),  # the longest subject
+])
+def test_a_capitalised_or_longest_subject_keeps_its_person(args, result):
+    assert conjugate_text(*args) == result
+
+
+def test_a_subject_one_word_longer_than_the_longest_is_none():
+    from miniagent.agent.grammar import MAX_SUBJECT_WORDS
+
+    longest = "the old man and his dog"
+    assert len(longest.split()) == MAX_SUBJECT_WORDS and person_of_subject(longest) == "3rd plural"
+    assert person_of_subject("the old man and his big dog") is None
