@@ -91,3 +91,26 @@ def test_a_run_in_a_copy_of_the_checkout_is_sent_to_its_viewer_and_writes_into_i
     viewer.write_text(json.dumps({"endpoint": "http://127.0.0.1:6006", "pid": os.getpid()}))
     assert sandbox_env(tmp_path, mine, viewer) == {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:6006", **mine}
     assert sandbox_env(tmp_path, {**mine, **ENDPOINT}, viewer) == mine, "the SDK's own wins"
+
+
+def test_a_traces_value_no_exporter_can_honour_is_refused_from_every_layer(tmp_path):
+    """Issue 63: through load_config (the file, the environment, a flag), not only by check() called directly."""
+    config = tmp_path / "miniagent.toml"
+    config.write_text('traces = "jaeger"\n')
+    for layers in ({"path": config, "env": {}}, {"env": {"MINIAGENT_TRACES": "jaeger"}},
+                   {"cli": {"traces": "jaeger"}, "env": {}}):
+        with pytest.raises(ConfigError, match="^traces must be off, otlp or file \\(or left empty\\), not 'jaeger'$"):
+            load_config(**layers)
+
+
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_the_command_line_refuses_a_traces_value_no_exporter_can_honour_with_exit_2(how, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIAGENT_")}
+    argv = [sys.executable, "-m", "miniagent", "ask", "What is the past simple of go for she?", "--llm",
+            "scripted:oracle", "--cache-dir", ""]
+    if how == "flag":
+        argv += ["--traces", "jaeger"]
+    else:
+        env["MINIAGENT_TRACES"] = "jaeger"
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "traces must be off, otlp or file" in proc.stderr and "Traceback" not in proc.stderr
