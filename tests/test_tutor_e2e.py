@@ -177,7 +177,7 @@ def test_the_real_scored_decoder_weighs_a_grounded_subset_against_the_same_prior
 UNDECIDED = {"t", "elapsed_s", "latency_s", "seconds", "stats", "scoring_tokens"}
 
 
-def decisions(set_name: str, cache_dir: Path, *, n_threads: int = 2, first: int = 0, last: int | None = None,
+def decisions(set_name: str, cache_dir: Path | str, *, n_threads: int = 2, first: int = 0, last: int | None = None,
               ground: bool = True) -> tuple[list[tuple], list[dict]]:
     """Each question's answer, stop reason and turns, and the trace of every run less its times."""
     from miniagent.agent.trace import Trace
@@ -209,3 +209,11 @@ def test_a_prefix_evaluated_in_the_run_is_placed_as_one_loaded_from_the_cache(tm
     apply" from a cold cache and "they applied" from a warm one (the prefix's KV cells lay elsewhere)."""
     cold = decisions("unseen.jsonl", tmp_path, first=9, last=11, ground=False)
     assert decisions("unseen.jsonl", tmp_path, first=9, last=11, ground=False) == cold
+
+
+def test_without_a_prompt_cache_the_prefix_is_placed_as_a_load_places_it_too(tmp_path):
+    """Issue 63: no cache at all (--cache-dir ''), the header evaluated in the run, answers as a cold cache and a
+    warm one do: the same pair of unseen questions, grounding off."""
+    warm = decisions("unseen.jsonl", tmp_path, first=9, last=11, ground=False)
+    warm = decisions("unseen.jsonl", tmp_path, first=9, last=11, ground=False)
+    assert decisions("unseen.jsonl", "", first=9, last=11, ground=False) == warm

@@ -77,6 +77,18 @@ def test_each_guards_decision_is_an_event_of_the_run_and_a_failed_call_is_a_span
     assert all(s.status.status_code == StatusCode.ERROR and s.attributes["error.type"] == "ToolError" for s in failed)
 
 
+@pytest.mark.parametrize("question, behaviour", [("What is the dreaming tense of eat for I?", "oracle"),
+                                                 ("What is the past simple of 'blorf' for she?", "literal"),
+                                                 ("What is the capital of France?", "oracle")])
+def test_a_run_rightly_declined_is_no_error_in_the_viewer(question, behaviour):
+    """Issue 63: the honest no (out_of_grammar) gave the user what the grammar allows: its span ends OK, not red."""
+    outcome, events, spans = traced_run(question, behaviour)
+    [run] = [s for s in spans if s.parent is None]
+    assert outcome.stop_reason == "out_of_grammar" == run.attributes["miniagent.stop_reason"]
+    assert run.status.status_code == StatusCode.OK and "error.type" not in run.attributes
+    assert [e.name for e in run.events if e.name.startswith("guard ")][-1] == "guard out_of_grammar"
+
+
 @pytest.mark.parametrize("llm, model, openai_model, expected", [
     ("llama", "", "x", ("llama_cpp", "gemma-3-270m-q4_k_m")), ("llama", "/m/other.gguf", "x", ("llama_cpp", "other")),
     ("openai", "", "class-model", ("openai", "class-model")), ("scripted:wanderer", "", "x",
