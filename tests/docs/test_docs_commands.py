@@ -136,7 +136,7 @@ def _substitute(argv: list[str]) -> list[str]:
     for tok in argv:
         if tok in ("[", "]", "...", "…"):
             continue
-        tok = tok.strip("[]")
+        written, tok = tok, tok.strip("[]")
         if "|" in tok and not tok.startswith(("scored|", "-")) and " " not in tok:
             tok = tok.split("|")[0]
         for key, value in PLACEHOLDERS.items():
@@ -147,7 +147,7 @@ def _substitute(argv: list[str]) -> list[str]:
             tok = tok.split("|")[0]
         if tok == "scored|greedy":
             tok = "scored"
-        if tok:
+        if tok or not written:  # an empty argument as written ('') is one: "--cache-dir ''" turns the cache off
             out.append(tok)
     return out
 
