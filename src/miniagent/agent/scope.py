@@ -127,7 +127,8 @@ def _made_up_name(tokens: list[str]) -> str:
 def _not_a_grammar_word(word: str, noun: str) -> bool:
     if not word[:1].isalpha() or word in _SPANISH_TENSE_NAMES:
         return False
-    return noun in _NEVER_A_TENSE or not {word} & (_NOT_A_TENSE_NAME | NOT_VERBS | TENSE_WORDS.keys() | PERSON_WORDS.keys())
+    grammar_words = _NOT_A_TENSE_NAME | NOT_VERBS | TENSE_WORDS.keys() | PERSON_WORDS.keys()
+    return noun in _NEVER_A_TENSE or word not in grammar_words
 
 
 def nearest_tense(question: str, made_up: str) -> str:
@@ -164,7 +165,7 @@ class GrammarScope:
         tense = made_up_tense(question)
         if self.enabled and tense:
             nearest = nearest_tense(question, tense)
-            said = self.text("tense", tense) + (TEXTS[self.language]["nearest"].format(tense=nearest) if nearest else "")
+            said = self.text("tense", tense) + (self.text("nearest", tense=nearest) if nearest else "")
             raise OutOfGrammar("tense", tense, said)
         if self.enabled and not asks_to_conjugate(question):
             raise OutOfGrammar("nothing", "", self.text("nothing"))
@@ -181,5 +182,6 @@ class GrammarScope:
         if self.candidates <= self.refused:
             raise OutOfGrammar("verb", word, self.text("verb", reason=sentence))
 
-    def text(self, kind: str, word: str = "", reason: str = "") -> str:
-        return TEXTS[self.language][kind].format(word=word, reason=reason, n=len(TENSES), tenses=", ".join(TENSES))
+    def text(self, kind: str, word: str = "", reason: str = "", tense: str = "") -> str:
+        return TEXTS[self.language][kind].format(word=word, reason=reason, tense=tense, n=len(TENSES),
+                                                 tenses=", ".join(TENSES))
