@@ -367,7 +367,8 @@ def test_more_branching_options_than_sequences_are_scored_in_several_batches_ali
 @pytest.mark.real_model
 def test_a_run_out_of_time_stops_between_two_decodes(rt, monkeypatch):
     tokens = rt.vocab.tokenize(PROMPT, bos=True)
-    rt.deadline = 100.0
+    monkeypatch.setattr(llama_runtime.time, "monotonic", lambda: 0.0)
+    rt.deadline = 100.0  # the flag llama.cpp reads would rise 100 s from now: only the look before a decode acts
     monkeypatch.setattr(llama_runtime.time, "monotonic", lambda: 99.99)
     rt.feed(tokens[:3])
     monkeypatch.setattr(llama_runtime.time, "monotonic", lambda: 100.0)
@@ -380,36 +381,21 @@ def test_a_run_out_of_time_stops_between_two_decodes(rt, monkeypatch):
     rt.feed(tokens[3:])
 
 
-
-class DeadlineAfter:
-    """time.monotonic() stood in: before the deadline for the first ``looks`` looks, at it from then on."""
-
-    def __init__(self, looks: int) -> None:
-        self.looks = looks
-
-    def __call__(self) -> float:
-        self.looks -= 1
-        return 99.99 if self.looks >= 0 else 100.0
-
-
 @pytest.mark.real_model
-def test_a_decode_that_reaches_the_deadline_midway_stops_there_and_leaves_the_cache_as_it_was(rt, weights,
-                                                                                              monkeypatch):
+def test_a_decode_that_reaches_the_deadline_midway_stops_there_and_leaves_the_cache_as_it_was(rt, weights):
     tokens = rt.vocab.tokenize(PROMPT, bos=True)
     rt.feed(tokens[:3])
-    rt.deadline = 100.0
-    # the look before the decode finds time left; the first look from inside llama.cpp finds none
-    monkeypatch.setattr(llama_runtime.time, "monotonic", DeadlineAfter(looks=1))
+    rt.deadline = time.monotonic() + 3600  # the look before the decode finds time left...
+    rt.deadline_flag.set(0.0)  # ...and the flag llama.cpp reads inside it has risen, as its timer does
     with pytest.raises(ModelTimeout, match="^the model ran out of time in the middle of a decode$"):
         rt.feed(tokens[3:])
     assert rt.tokens == tokens[:3] and rt.evaluated == 3
     assert rt._lib.llama_memory_seq_pos_max(rt.memory, 0) == 2  # nothing of the cut decode
-    monkeypatch.setattr(llama_runtime.time, "monotonic", DeadlineAfter(looks=1))
     with pytest.raises(ModelTimeout, match="in the middle of a decode"):
         rt.score(tokens[:3], [[5, 6], [5, 7]])  # the options' decode, cut: their sequences are emptied all the same
     assert [rt._lib.llama_memory_seq_pos_max(rt.memory, k) for k in range(3)] == [2, -1, -1]
-    rt.deadline = None
-    assert same_logits(rt.feed(tokens[3:]), plain_logits(weights, tokens))
+    rt.deadline = None  # lowers the flag
+    assert not rt.deadline_flag.raised and same_logits(rt.feed(tokens[3:]), plain_logits(weights, tokens))
 
 
 @pytest.mark.timing

@@ -8,6 +8,7 @@ backend shows that decoding stops between tokens when the run's time is up.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import FakeModelServer, FakeTools, config
+from helpers import FakeModelServer, FakeTools, config, wait_for
 
 from miniagent.agent.loop import grammar_tutor
 from miniagent.agent.ports import Entry
@@ -227,6 +228,29 @@ def test_real_llama_decoding_stops_when_the_run_is_out_of_time(decode):
     assert outcome.stop_reason == "wall_clock", outcome.answer
     assert elapsed <= 0.4 + GRACE_S
     assert after.stop_reason == "answered" and after.answer.lower() == "she went"
+
+
+@pytest.mark.real_model
+def test_a_sigterm_during_a_decode_unwinds_the_run_and_is_not_taken_for_the_wall_clock(tmp_path):
+    """llama.cpp reads the deadline inside a decode from C (models/deadline_flag.py): were it a Python callback,
+    Python's SIGTERM handler would run inside C, its exception would be lost, and the run would end wall_clock."""
+    trace = tmp_path / "trace.jsonl"
+    question = QUESTION + " Please answer it carefully." * 90  # one long decode on one thread: seconds on any CPU
+    agent = subprocess.Popen([sys.executable, "-m", "miniagent", "ask", question, "--max-input-chars", "5000",
+                              "--n-threads", "1", "--cache-dir", "", "--trace", str(trace), "--json"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # the grounding event comes right before the first model call, whose first decode is the long one
+        wait_for(lambda: trace.is_file() and '"name": "grounding"' in trace.read_text(), within=120,
+                 what="the first model call")
+        agent.send_signal(signal.SIGTERM)
+        out, err = agent.communicate(timeout=120)
+    finally:
+        agent.kill()
+        agent.wait()
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert agent.returncode == 143, err[-2000:]
+    assert not [e for e in events if e["event"] == "stop"], "a run ended by SIGTERM reports no stop reason of its own"
 
 
 class WedgedModelServer:

@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ..agent.errors import ContextFull, ModelTimeout
+from .deadline_flag import DeadlineFlag
 from .llama_params import AmxChoice, LlamaLog, choose_amx, context_params, model_params, weight_buffers
 from .vocabulary import Vocabulary
 
@@ -140,28 +141,21 @@ class KVRuntime:
         import llama_cpp
         from llama_cpp import _internals as internals
 
-        self._lib = llama_cpp
-        self._internals = internals
+        self._lib, self._internals = llama_cpp, internals
         weights = weights or load_weights(model_path, amx)
         path, self.amx, self.model, self.weight_buffers = weights.path, weights.amx, weights.model, weights.buffers
         self._params = params = context_params(n_ctx=n_ctx, n_batch=512, n_seq_max=MAX_SEQUENCES, n_threads=n_threads)
-        # llama.cpp asks it between the steps of each decode (in every context with these params): a deadline
-        # then overtakes a decode in milliseconds, where a 512-token prefill takes up to 3.5 s on a slow CPU.
-        self._abort = params.abort_callback = llama_cpp.ggml_abort_callback(lambda _data: self._out_of_time())
+        # read between the steps of each decode (every context with these params): a 3.5 s prefill is cut short
+        self.deadline_flag, self._deadline = DeadlineFlag(), None
+        params.abort_callback, params.abort_callback_data = self.deadline_flag.callback(llama_cpp.ggml_abort_callback)
         self.ctx = internals.LlamaContext(model=self.model, params=params, verbose=False)
-        self.memory = self.ctx.memory
-        self.n_ctx = n_ctx
-        self.n_threads = n_threads
-        self.vocab = Vocabulary(self.model, path)
-        self.n_vocab = self.vocab.size
-        self.n_batch = 512
+        self.memory, self.n_ctx, self.n_threads = self.ctx.memory, n_ctx, n_threads
+        self.vocab, self.model_path = Vocabulary(self.model, path), path
+        self.n_vocab, self.n_batch = self.vocab.size, 512
         self.batch = internals.LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=1, verbose=False)
         self.tokens: list[int] = []  # what the KV cache of sequence 0 holds
         self._next_logits: dict[int, np.ndarray] = {}  # length of prefix -> logits of the next token
         self.evaluated = 0  # tokens evaluated so far (benchmarks read it)
-        self.model_path = path
-        # time.monotonic() past which no more work starts: looked at before each decode and within it
-        self.deadline: float | None = None
         self._header: tuple[Path | None, list[int]] = (None, [])  # prime's: its cache file and tokens
 
     def startup_line(self, threads_why: str = "") -> str:
@@ -170,11 +164,18 @@ class KVRuntime:
         weights = ", ".join(f"{name} {mib:.0f} MiB" for name, mib in self.weight_buffers.items()) or "unknown"
         return f"llama.cpp threads: {threads}, {self.amx.describe()}, weights in {weights}"
 
-    def _out_of_time(self) -> bool:  # llama.cpp's abort callback, and the look before each decode
-        return self.deadline is not None and time.monotonic() >= self.deadline
+    @property
+    def deadline(self) -> float | None:
+        """time.monotonic() past which no more work starts: looked at before each decode and within it."""
+        return self._deadline
+
+    @deadline.setter
+    def deadline(self, value: float | None) -> None:
+        self._deadline = value
+        self.deadline_flag.set(value)  # the decode's own look, from C
 
     def _check_deadline(self) -> None:
-        if self._out_of_time():
+        if self._deadline is not None and time.monotonic() >= self._deadline:
             raise ModelTimeout("the model ran out of time between two decodes")
 
     def _decode(self) -> None:
@@ -392,7 +393,7 @@ class KVRuntime:
         return True
 
     def close(self) -> None:
-        close_quietly(self.batch.close, self.ctx.close, self.model.close)
+        close_quietly(self.deadline_flag.close, self.batch.close, self.ctx.close, self.model.close)
 
 
 # llama.cpp's C log is silent but for the load's buffer lines (it writes to stderr on every context otherwise).
