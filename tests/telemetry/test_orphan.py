@@ -145,6 +145,8 @@ def test_the_watch_is_quiet_while_the_agent_lives_then_writes_under_each_open_re
     assert all(a.end_time == b.start_time for a, b in itertools.pairwise(tiles)), "each follows on"
     alone = [span.attributes["miniagent.orphan.alone_s"] for span in tiles]
     assert alone == sorted(alone) and alone[0] < alone[-1]
+    # time alone since the agent was last seen, not since the tile before (issue 63)
+    assert alone == [round((span.end_time - tiles[0].start_time) / 1e9, 3) for span in tiles]
     assert alone[0] == round((tiles[0].end_time - tiles[0].start_time) / 1e9, 3)
     # After each, the watch sleeps the next interval: 0.02, then 0.04 and no longer (at least that, on any machine)
     assert tiles[1].end_time - tiles[1].start_time >= 0.02e9 and tiles[2].end_time - tiles[2].start_time >= 0.04e9
