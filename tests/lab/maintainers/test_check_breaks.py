@@ -311,3 +311,19 @@ def test_the_whole_catalogue_says_how_far_the_check_is(monkeypatch, tree):
     for done, line in enumerate(lines, 1):
         left = r", about \d+:\d\d left" if done < total else ""
         assert re.search(rf" · {done}/{total}, \d+:\d\d so far{left}$", line), line
+
+
+@pytest.mark.parametrize("record, problem", [
+    (shown(cpu_mean=1.0), "symptom: "),  # a missing symptom
+    (shown(processes_left=[{"pid": 4242, "name": "python"}]), "left processes behind: "),
+])
+def test_with_lines_a_breaks_own_problems_are_kept_beside_its_pieces(monkeypatch, tree, record, problem):
+    """Issue 63: check-breaks --lines (what CI runs) checks the pieces too, and still reports the break's own
+    problem: the pieces' list is added to it, not put in its place."""
+    console = screen_console(monkeypatch, colours=False)
+    StandIns(monkeypatch, record=record)
+    monkeypatch.setattr(checks, "check_pieces", lambda brk, root: ["a piece passes its guard tests"])
+    assert checks.check_breaks(only="no-cap", root=tree, lines=True) == 1
+    said = printed(console)[0]
+    assert said.startswith("00-no-cap: FAIL ") and problem in said and "a piece passes its guard tests" in said
+    assert printed(console)[-1] == "2 problem(s)"
