@@ -109,3 +109,17 @@ def test_the_guard_tests_run_against_the_learners_source_and_their_failures_are_
     assert watch.run_tests([], tmp_path) == (True, "ERROR: could not import", [])
     seen.update(err="")
     assert watch.run_tests([], tmp_path) == (True, "no output", [])
+
+
+@pytest.mark.parametrize("code, said", [
+    (2, "1 error in 0.05s"),  # a save that breaks collection (a syntax error in src/)
+    (4, "ERROR: not found: tests/agent/test_guards.py::test_none"),  # a test id that does not exist
+    (5, "no tests ran in 0.01s"),  # nothing collected
+])
+def test_a_run_that_is_not_tests_passing_never_reads_green(monkeypatch, tmp_path, code, said):
+    """Issue 63: only pytest's exit 0 is green; a collection error, a usage error or no test is not."""
+    import subprocess
+
+    monkeypatch.setattr(watch.subprocess, "run", lambda command, **how: subprocess.CompletedProcess(
+        command, code, stdout=f"===== {said} =====\n", stderr=""))
+    assert watch.run_tests(["tests/agent/test_guards.py::test_a"], tmp_path) == (False, said, [])
