@@ -163,6 +163,7 @@ def test_progress_follows_the_learner_through_one_break(tree):
     progress.update(tree, "bea", lambda s: progress.break_state(s, "00-no-cap").update(fixed_at=progress.now()))
     rows = progress.rows(tree, "bea")
     assert rows[0].stage == progress.DONE and rows[0].fixed
+    assert rows[0].broken, "a verified fix still shows the break as broken once (issue 63)"
     assert progress.next_row(rows).break_id == "01-dead-config"
     steps = progress.next_steps(tree, "bea", progress.next_row(rows), "es")
     assert steps[0].startswith("Siguiente: 01-dead-config") and "invoke predict dead-config" in steps[1]
@@ -228,6 +229,8 @@ def test_a_green_check_after_you_broke_it_is_fixed_and_verified(learner, capsys)
     state = progress.load(ROOT, learner)["breaks"]["00-no-cap"]
     assert state["fixed_at"] and state["broken_at"] is None
     assert "fixed and verified by you" in capsys.readouterr().out
+    [row] = [r for r in progress.rows(ROOT, learner) if r.break_id == "00-no-cap"]
+    assert (row.broken, row.fixed) == (True, True), "after a verified fix: broken once, and fixed (issue 63)"
     # a green check on a break you never broke verifies nothing
     assert exercises.check("dead-config", learner=learner) == 0
     assert "01-dead-config" not in progress.load(ROOT, learner)["breaks"]
