@@ -164,15 +164,15 @@ class KVRuntime:
         weights = ", ".join(f"{name} {mib:.0f} MiB" for name, mib in self.weight_buffers.items()) or "unknown"
         return f"llama.cpp threads: {threads}, {self.amx.describe()}, weights in {weights}"
 
-    @property
-    def deadline(self) -> float | None:
-        """time.monotonic() past which no more work starts: looked at before each decode and within it."""
+    def _get_deadline(self) -> float | None:
         return self._deadline
 
-    @deadline.setter
-    def deadline(self, value: float | None) -> None:
+    def _set_deadline(self, value: float | None) -> None:
         self._deadline = value
         self.deadline_flag.set(value)  # the decode's own look, from C
+
+    # time.monotonic() past which no more work starts: looked at before each decode and within it
+    deadline = property(_get_deadline, _set_deadline)
 
     def _check_deadline(self) -> None:
         if self._deadline is not None and time.monotonic() >= self._deadline:
