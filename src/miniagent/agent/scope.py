@@ -1,9 +1,8 @@
 """The grammar's scope: a question the tutor cannot answer gets a clear "no", never a made-up form.
 
-The mask forces a choice (theory 03), so this guard ends the run with ``out_of_grammar`` and says why. Before
-any model call: a tense the question names and the grammar lacks, a question with nothing to conjugate, one that
-names no tense (asked back: which one?). After a tool call: a word the tool refuses as a verb, once every word
-that may be the verb was refused, in the tool's words.
+The guard ends the run with ``out_of_grammar`` and says why. Before any model call: a tense the grammar lacks,
+nothing to conjugate, no tense named (asked back). After a tool call: a word the tool refuses as a verb, once
+every word that may be the verb was refused, in the tool's words.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The run's deadline where llama.cpp can see it: between two steps of a decode.
 
-llama.cpp calls an abort callback from C between the steps of its compute graph. A Python callback would also
-run Python's signal handlers there (Ctrl-C, SIGTERM), and the exceptions they raise would be lost inside C (a
-SIGTERM then read as the wall clock). So the callback is C code: libc's ``atoi`` over a flag that reads "1" once
-the deadline has passed. A timer thread sets it; nothing of Python runs inside a decode.
+llama.cpp's abort callback is libc's ``atoi`` over a flag that reads "1" once the deadline has passed; a timer
+thread raises it. No Python runs inside a decode, so a signal's exception is never lost in C (the maintainers
+page, "The run's clock inside a model call").
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """``invoke bench --only g``: how far past its wall clock a run on the local model ends when the clock runs out in
-the middle of a long evaluation.
+the middle of a long decode.
 
-Each run asks a question of about 460 tokens (a real question padded with a polite sentence), new to the model's
-cache, so its first decode is long on every CPU (about 2 s on two threads of a Zen 3 EPYC); the wall clock runs
-out inside it. The overrun is the run's whole time, measured around the call, less ``wall_clock_s``.
+Each run asks a padded question of about 460 tokens, new to the cache, so its first decode is long on every CPU;
+the overrun is the run's whole time, measured around the call, less ``wall_clock_s``.
 """
 
 from __future__ import annotations
