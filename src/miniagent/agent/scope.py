@@ -44,6 +44,8 @@ _ASKS_TO_CONJUGATE = frozenset("""
 conjugate conjugates conjugated conjugating conjugation conjugations tense tenses form forms verb verbs
 conjuga conjugar conjugue conjugación conjugaciones tiempo tiempos verbo verbos forma formas
 """.split())
+# Words that may stand before a tense noun without naming a made-up tense: the request's, the tenses', the persons'.
+_GRAMMAR_WORDS = _NOT_A_TENSE_NAME | NOT_VERBS | TENSE_WORDS.keys() | PERSON_WORDS.keys()
 _TOKEN_RE = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*|[^\w\s]", re.UNICODE)
 # How the tool refuses a word as a verb: "'blorf' is not an English verb I know", "'must' is not a verb (it is a
 # modal verb ...)", "'beware' has no past or -ing forms", "'comer' is a Spanish word". Not "give the base form
@@ -126,8 +128,7 @@ def _made_up_name(tokens: list[str]) -> str:
 def _not_a_grammar_word(word: str, noun: str) -> bool:
     if not word[:1].isalpha() or word in _SPANISH_TENSE_NAMES:
         return False
-    grammar_words = _NOT_A_TENSE_NAME | NOT_VERBS | TENSE_WORDS.keys() | PERSON_WORDS.keys()
-    return noun in _NEVER_A_TENSE or word not in grammar_words
+    return noun in _NEVER_A_TENSE or word not in _GRAMMAR_WORDS
 
 
 def nearest_tense(question: str, made_up: str) -> str:

@@ -8,7 +8,6 @@ page, "The run's clock inside a model call").
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import threading
 import time
 
@@ -23,8 +22,8 @@ class DeadlineFlag:
 
     def callback(self, callback_type) -> tuple[object, int]:
         """(the callback, its data) for llama.cpp's context parameters: libc's atoi, reading this flag."""
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        return ctypes.cast(libc.atoi, callback_type), ctypes.addressof(self._text)
+        # the process's own symbols, libc's among them: no library search (a subprocess on some systems) at start-up
+        return ctypes.cast(ctypes.CDLL(None).atoi, callback_type), ctypes.addressof(self._text)
 
     def set(self, deadline: float | None) -> None:
         """Lower the flag, and raise it at ``deadline`` (time.monotonic()); None: never."""
@@ -38,7 +37,7 @@ class DeadlineFlag:
             if left <= 0:
                 self._text.value = b"1"
                 return
-            timer = threading.Timer(left, self._raise, args=())
+            timer = threading.Timer(left, self._raise)
             timer.daemon = True  # a run that ends leaves no thread behind it
             self._timer = timer
             timer.start()
