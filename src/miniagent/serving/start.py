@@ -84,7 +84,7 @@ def model_server(kind: str, model_path: str | None = None, *, host: str = "127.0
 
     Its AMX path follows the setting ``llama_amx`` (config file, MINIAGENT_LLAMA_AMX, or ``--llama-amx`` in
     ``extra_args``)."""
-    from ..models.llama_runtime import default_model_path
+    from ..models.model_file import default_model_path
 
     if kind not in SERVERS:
         raise ValueError(f"no model server named {kind!r}: the servers are {', '.join(SERVERS)}")
