@@ -40,7 +40,7 @@ def test_llama_log_keeps_the_load_log_only_while_capturing_and_never_fails_outsi
     """A fresh LlamaLog (the lab's own is made at import) takes llama.cpp's log over; the lab's is put back."""
     from llama_cpp import _internals as internals
 
-    from miniagent.models.llama_runtime import default_model_path
+    from miniagent.models.model_file import default_model_path
 
     def load():
         return internals.LlamaModel(path_model=default_model_path(), params=model_params(AmxChoice(False, "test")),
@@ -159,7 +159,7 @@ def vocab():
     from llama_cpp import _internals as internals
 
     from miniagent.models.llama_params import vocab_only_params
-    from miniagent.models.llama_runtime import default_model_path
+    from miniagent.models.model_file import default_model_path
     from miniagent.models.vocabulary import Vocabulary
 
     model = internals.LlamaModel(path_model=default_model_path(), params=vocab_only_params(), verbose=False)

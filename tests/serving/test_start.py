@@ -98,7 +98,7 @@ def test_the_server_is_started_as_a_teacher_starts_it_and_stopped_with_its_child
 
 
 def test_without_a_model_path_the_lab_s_model_file_is_given(stand_in, monkeypatch):
-    monkeypatch.setattr("miniagent.models.llama_runtime.default_model_path", lambda: "/the/lab/model.gguf")
+    monkeypatch.setattr("miniagent.models.model_file.default_model_path", lambda: "/the/lab/model.gguf")
     with ms.model_server("stand-in", log=stand_in):
         assert started(stand_in)["argv"][:2] == ["--model", "/the/lab/model.gguf"]
 
