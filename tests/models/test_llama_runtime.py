@@ -255,6 +255,43 @@ def test_a_branching_node_deep_in_the_trie_is_scored_at_its_own_position(rt, wei
     assert rt.evaluated == len(prompt) + 2, "the path to the branching node is two tokens"
 
 
+def counting_decodes(rt, monkeypatch) -> list[int]:
+    """The number of tokens of each llama.cpp decode the runtime makes from now on."""
+    sizes, real = [], rt._decode
+    monkeypatch.setattr(rt, "_decode", lambda: sizes.append(rt.batch.batch.n_tokens) or real())
+    return sizes
+
+
+@pytest.mark.real_model
+def test_a_prompts_new_tokens_are_decoded_with_the_first_options_in_one_decode(rt, weights, monkeypatch):
+    prompt = rt.vocab.tokenize(PROMPT, bos=True)
+    rt.sync(prompt[:6])
+    she, he, went, goes = (rt.vocab.tokenize(w)[0] for w in (" she", " he", " went", " goes"))
+    decodes = counting_decodes(rt, monkeypatch)
+    got = rt.score(prompt, [[she, went], [she, goes], [he, went]])
+    assert decodes == [len(prompt) - 6 + 1], "the prompt's new tokens and the one branching path: one decode"
+    expected = [token_logp(weights, prompt, [], she, [she, he]) + token_logp(weights, prompt, [she], t, [went, goes])
+                for t in (went, goes)] + [token_logp(weights, prompt, [], he, [she, he])]
+    assert np.allclose(got, expected, atol=LOGP_TOLERANCE)
+    assert rt.tokens == prompt and same_logits(rt.sync(prompt), plain_logits(weights, prompt))
+    assert len(decodes) == 1, "the prompt's logits were kept: syncing it again decodes nothing"
+    rt.score(prompt + [she], [[went], [goes]])
+    assert decodes[1:] == [1], "a prompt one token longer and no path to walk: that token alone"
+
+
+@pytest.mark.real_model
+def test_a_prompt_too_long_to_share_a_decode_with_the_options_is_decoded_first(rt, weights, monkeypatch):
+    filler = rt.vocab.tokenize(" and so on" * 200)[:rt.n_batch]
+    prompt = rt.vocab.tokenize(PROMPT, bos=True) + filler
+    she, he, went, goes = (rt.vocab.tokenize(w)[0] for w in (" she", " he", " went", " goes"))
+    decodes = counting_decodes(rt, monkeypatch)
+    got = rt.score(prompt, [[she, went], [she, goes], [he, went]])
+    assert decodes == [rt.n_batch, len(prompt) - rt.n_batch, 1]
+    expected = [token_logp(weights, prompt, [], she, [she, he]) + token_logp(weights, prompt, [she], t, [went, goes])
+                for t in (went, goes)] + [token_logp(weights, prompt, [], he, [she, he])]
+    assert np.allclose(got, expected, atol=LOGP_TOLERANCE) and rt.tokens == prompt
+
+
 @pytest.mark.real_model
 @pytest.mark.parametrize("nodes, batches", [(15, 1), (16, 2)])
 def test_up_to_fifteen_branching_nodes_are_scored_in_one_batch(rt, monkeypatch, nodes, batches):
@@ -263,7 +300,7 @@ def test_up_to_fifteen_branching_nodes_are_scored_in_one_batch(rt, monkeypatch, 
     yes, no = rt.vocab.tokenize(" yes")[0], rt.vocab.tokenize(" no")[0]
     calls = []
     real = rt._eval_paths
-    monkeypatch.setattr(rt, "_eval_paths", lambda paths: calls.append(len(paths)) or real(paths))
+    monkeypatch.setattr(rt, "_eval_paths", lambda paths, new: calls.append(len(paths)) or real(paths, new))
     rt.score(prompt, [[first, answer] for first in firsts for answer in (yes, no)])
     assert len(calls) == batches and sum(calls) == nodes
 
@@ -325,6 +362,9 @@ def test_a_decode_that_reaches_the_deadline_midway_stops_there_and_leaves_the_ca
     with pytest.raises(ModelTimeout, match="in the middle of a decode"):
         rt.score(tokens[:3], [[5, 6], [5, 7]])  # the options' decode, cut: their sequences are emptied all the same
     assert [rt._lib.llama_memory_seq_pos_max(rt.memory, k) for k in range(3)] == [2, -1, -1]
+    with pytest.raises(ModelTimeout, match="in the middle of a decode"):
+        rt.score(tokens, [[5, 6], [5, 7]])  # the prompt's new tokens cut with the options': none is kept
+    assert rt.tokens == tokens[:3] and [rt._lib.llama_memory_seq_pos_max(rt.memory, k) for k in range(3)] == [2, -1, -1]
     rt.deadline = None  # lowers the flag
     assert not rt.deadline_flag.raised and same_logits(rt.feed(tokens[3:]), plain_logits(weights, tokens))
 

@@ -67,11 +67,14 @@ class Wants:
         yield
         self.tokens = kept
 
-    def sync(self, prompt: list[int]) -> None:
+    def pending(self, prompt: list[int]) -> int:
         common = 0
         while common < min(len(prompt), len(self.tokens)) and prompt[common] == self.tokens[common]:
             common += 1
-        self.evaluated += len(prompt) - common
+        return len(prompt) - common
+
+    def sync(self, prompt: list[int]) -> None:
+        self.evaluated += self.pending(prompt)
         self.tokens = list(prompt)
 
     def score(self, prompt: list[int], options: list[list[int]]) -> np.ndarray:

@@ -112,7 +112,7 @@ class KVRuntime:
         self.memory, self.n_ctx, self.n_threads = self.ctx.memory, n_ctx, n_threads
         self.vocab, self.model_path = Vocabulary(self.model, path), path
         self.n_vocab, self.n_batch = self.vocab.size, 512
-        self.batch = internals.LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=1, verbose=False)
+        self.batch = internals.LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=MAX_SEQUENCES, verbose=False)
         self.tokens: list[int] = []  # what the KV cache of sequence 0 holds
         self._next_logits: dict[int, np.ndarray] = {}  # length of prefix -> logits of the next token
         self.evaluated = 0  # tokens evaluated so far (benchmarks read it)
@@ -188,12 +188,24 @@ class KVRuntime:
 
     def sync(self, prompt: list[int]) -> np.ndarray:
         """Make the cache hold exactly ``prompt``, evaluating only what is new."""
+        new = self._new_part(prompt)
+        return self._next_logits[len(prompt)] if new is None else self.feed(new)
+
+    def pending(self, prompt: list[int]) -> int:
+        """How many tokens of ``prompt`` the cache lacks: what a sync, or a score's own decode, evaluates."""
         common = common_prefix(self.tokens, prompt)
         if common == len(prompt) == len(self.tokens) and common in self._next_logits:
-            return self._next_logits[common]
-        common = min(common, len(prompt) - 1)  # at least one token, to get fresh logits
-        self.rollback(common)
-        return self.feed(prompt[common:])
+            return 0
+        return len(prompt) - min(common, len(prompt) - 1)  # at least one token, to get fresh logits
+
+    def _new_part(self, prompt: list[int]) -> list[int] | None:
+        """The cache rolled back to what it shares with ``prompt``; the tokens left to evaluate (None: the cache
+        holds the prompt and its next token's logits)."""
+        count = self.pending(prompt)
+        if count == 0:
+            return None
+        self.rollback(len(prompt) - count)
+        return prompt[len(prompt) - count:]
 
     # --- decisions -------------------------------------------------------------
     def score(self, prompt: list[int], options: list[list[int]], *, renormalise: bool = True) -> np.ndarray:
@@ -207,13 +219,20 @@ class KVRuntime:
         for option in options:
             for j, token in enumerate(option):
                 children.setdefault(tuple(option[:j]), set()).add(token)
-        node_logits = {(): self.sync(prompt)}
         # Each path a sequence of its own that shares the prompt's KV cells, batched together: the prompt is never
-        # evaluated twice, and only the nodes scored pay for the (262k-token) output layer.
+        # evaluated twice, and only the nodes scored pay for the (262k-token) output layer. The prompt's new tokens
+        # go into the first batch's decode, in every sequence: one decode less per choice.
         scored = [path for path, kids in children.items() if path and (len(kids) > 1 or not renormalise)]
-        for start in range(0, len(scored), MAX_SEQUENCES - 1):
+        batches = [scored[start:start + MAX_SEQUENCES - 1] for start in range(0, len(scored), MAX_SEQUENCES - 1)]
+        new = self._new_part(prompt)
+        if new is not None and (not batches or len(new) + sum(map(len, batches[0])) > self.n_batch):
+            self.feed(new)  # too long to share a decode with the options (or none to share it with)
+            new = None
+        node_logits = {(): self._next_logits[len(prompt)]} if new is None else {}
+        for paths in batches:
             self._check_deadline()
-            node_logits.update(self._eval_paths(scored[start:start + MAX_SEQUENCES - 1]))
+            node_logits.update(self._eval_paths(paths, new or []))
+            new = None
 
         def logp(path: tuple[int, ...], token: int) -> float:
             kids = children[path]
@@ -228,29 +247,42 @@ class KVRuntime:
 
         return np.array([sum(logp(tuple(o[:j]), t) for j, t in enumerate(o)) for o in options])
 
-    def _eval_paths(self, paths: list[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
-        """Logits after each path (appended to the cached prompt), one sequence per path."""
-        n = len(self.tokens)
-        batch = self.batch.batch
-        batch.n_tokens = 0
-        rows = {}
-        for k, path in enumerate(paths):
+    def _eval_paths(self, paths: list[tuple[int, ...]], new: list[int]) -> dict[tuple[int, ...], np.ndarray]:
+        """Logits after each path, one sequence per path, in one decode; the prompt's ``new`` tokens (appended to
+        the cache) go first, in every sequence, and their last one's logits are the key ``()``."""
+        if len(self.tokens) + len(new) + max(map(len, paths)) > self.n_ctx:
+            raise ContextFull(f"{len(self.tokens) + len(new)} tokens and the options do not fit in n_ctx={self.n_ctx}")
+        n, batch = len(self.tokens), self.batch.batch
+        batch.n_tokens, rows = 0, {}
+        for k in range(len(paths)):
             self._lib.llama_memory_seq_cp(self.memory, 0, k + 1, 0, n)
+        for j, token in enumerate(new):
+            self._add(token, n + j, range(len(paths) + 1), last=j == len(new) - 1)
+        rows[()] = batch.n_tokens - 1
+        for k, path in enumerate(paths):
             for j, token in enumerate(path):
-                row = batch.n_tokens
-                batch.token[row], batch.pos[row] = token, n + j
-                batch.n_seq_id[row], batch.seq_id[row][0] = 1, k + 1
-                batch.logits[row] = j == len(path) - 1
-                batch.n_tokens += 1
-            rows[path] = row
+                self._add(token, n + len(new) + j, (k + 1,), last=j == len(path) - 1)
+            rows[path] = batch.n_tokens - 1
         try:
             self._decode()
             self.evaluated += batch.n_tokens
-            return {p: np.ctypeslib.as_array(self.ctx.get_logits_ith(r), shape=(self.n_vocab,)).copy()
-                    for p, r in rows.items()}
+            logits = {p: np.ctypeslib.as_array(self.ctx.get_logits_ith(r), shape=(self.n_vocab,)).copy()
+                      for p, r in rows.items() if p or new}
         finally:  # the paths' sequences emptied, also when the deadline cut the decode short
             for k in range(len(paths)):
                 self._lib.llama_memory_seq_rm(self.memory, k + 1, -1, -1)
+        if new:
+            self.tokens.extend(new)
+            self._next_logits[len(self.tokens)] = logits[()]
+        return logits
+
+    def _add(self, token: int, pos: int, sequences: Sequence[int], *, last: bool) -> None:
+        batch = self.batch.batch
+        row = batch.n_tokens
+        batch.token[row], batch.pos[row], batch.n_seq_id[row], batch.logits[row] = token, pos, len(sequences), last
+        for i, seq in enumerate(sequences):
+            batch.seq_id[row][i] = seq
+        batch.n_tokens += 1
 
     def decode_masked(self, prompt: list[int], allowed: np.ndarray, stop_token: int, *,
                       max_tokens: int) -> Decoded:

@@ -82,9 +82,11 @@ class ServerRuntime:
         return self.vocab.detokenize(tokens)
 
     def sync(self, prompt: list[int]) -> None:
-        common = common_prefix(self.tokens, prompt)
-        self.evaluated += len(prompt) - common
+        self.evaluated += self.pending(prompt)
         self.tokens = list(prompt)
+
+    def pending(self, prompt: list[int]) -> int:
+        return len(prompt) - common_prefix(self.tokens, prompt)
 
     def rollback(self, length: int) -> None:
         del self.tokens[length:]

@@ -51,6 +51,8 @@ class Runtime(Protocol):
 
     def sync(self, prompt: list[int]) -> object: ...
 
+    def pending(self, prompt: list[int]) -> int: ...  # how many of the prompt's tokens a sync would evaluate
+
     def score(self, prompt: list[int], options: list[list[int]]) -> np.ndarray: ...
 
     def decode_masked(self, prompt: list[int], allowed: np.ndarray, stop_token: int, *,
@@ -100,8 +102,9 @@ class ScoredDecoder:
         self.rt.deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             prompt = self.prompt_text(scratchpad)
-            self.rt.sync(self.tokens(prompt + partial))
-            prompt_tokens = self.rt.evaluated - evaluated_before
+            prompt_tokens = self.rt.pending(self.tokens(prompt + partial))
+            if greedy is not None or partial:  # a scored walk evaluates the prompt with its first options instead
+                self.rt.sync(self.tokens(prompt + partial))
             if greedy is not None:
                 text, finished = greedy(prompt, schema, partial)
             elif partial:
