@@ -23,8 +23,8 @@ from miniagent.settings import Settings, load_config
 
 
 def outcome(answer: str, stop_reason: str = "answered", seconds: float = 1.0, turns: int = 2,
-            calls: dict | None = None) -> Outcome:
-    return Outcome(answer=answer, stop_reason=stop_reason,
+            calls: dict | None = None, declined: str = "") -> Outcome:
+    return Outcome(answer=answer, stop_reason=stop_reason, declined=declined,
                    stats=Stats(turns=turns, tool_calls=Counter(calls or {"conjugate": 1}), seconds=seconds))
 
 
@@ -101,11 +101,11 @@ def test_the_report_has_every_figure_from_the_runs(stand_in):
         "declined_right": 0, "made_up_answers": 0, "stop_reasons": {"answered": 2, "max_turns": 1},
         "latency_p50_s": 2.0, "latency_p95_s": 4.0, "startup_s": 0.75, "total_s": 7.75, "llm": "scripted:oracle",
         "items": [
-            {"question": ITEMS[0].question, "accept": ["she went"], "decline": "", "answer": "she went",
+            {"question": ITEMS[0].question, "accept": ["she went"], "decline": "", "decline_kind": "", "answer": "she went", "declined": "",
              "correct": True, "stop_reason": "answered", "turns": 2, "tool_calls": {"conjugate": 1}, "seconds": 1.0},
-            {"question": ITEMS[1].question, "accept": ["I ate"], "decline": "", "answer": "I ate", "correct": True,
+            {"question": ITEMS[1].question, "accept": ["I ate"], "decline": "", "decline_kind": "", "answer": "I ate", "declined": "", "correct": True,
              "stop_reason": "answered", "turns": 3, "tool_calls": {"conjugate": 2}, "seconds": 4.0},
-            {"question": ITEMS[2].question, "accept": ["he has seen"], "decline": "", "answer": "fallback",
+            {"question": ITEMS[2].question, "accept": ["he has seen"], "decline": "", "decline_kind": "", "answer": "fallback", "declined": "",
              "correct": False, "stop_reason": "max_turns", "turns": 2, "tool_calls": {"conjugate": 1},
              "seconds": 2.0}]}
     assert type(report["items"][0]["tool_calls"]) is dict
@@ -308,3 +308,19 @@ def test_answered_right_counts_answer_items_only_and_declines_apart(stand_in, ca
     assert (report["decline_items"], report["declined_right"], report["made_up_answers"]) == (1, 1, 0)
     print_report(report)
     assert "answered right: 1/2; declined right: 1/1; made-up forms stated as answers: 0" in capsys.readouterr().out
+
+
+def test_a_no_of_the_kind_asked_for_is_right_and_a_no_of_another_kind_is_not(stand_in):
+    """Issue 62: "nothing to conjugate" names no word; only the no's kind, as data, says it was the right no."""
+    nothing = EvalItem("What is the capital of France?", [], decline_kind="nothing")
+    comer = EvalItem("Conjugate comer in the past simple for I.", [], decline="comer", decline_kind="verb")
+    stand_in(outcome("I conjugate English verbs.", "out_of_grammar", turns=0, calls={}, declined="nothing"),
+             outcome("I conjugate English verbs.", "out_of_grammar", turns=0, calls={}, declined="no_tense"),
+             outcome("'comer' is a Spanish word", "out_of_grammar", turns=1, declined="verb"),
+             outcome("there is no 'comer' tense", "out_of_grammar", turns=0, calls={}, declined="tense"),
+             outcome("I will mount", "answered"))
+    report = run_eval([nothing, nothing, comer, comer, nothing], load_config({"llm": "scripted:oracle"}))
+    assert [r["correct"] for r in report["items"]] == [True, False, True, False, False]
+    assert [r["declined"] for r in report["items"]] == ["nothing", "no_tense", "verb", "tense", ""]
+    assert (report["decline_items"], report["declined_right"], report["made_up_answers"]) == (5, 2, 1)
+

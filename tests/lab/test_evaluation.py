@@ -168,6 +168,17 @@ def test_the_scorer_reads_quotes_and_lead_ins_as_a_user_would(answer, accept, ri
     ('{"question": "Q?", "accept": ["she went"], "expected": "went"}', "unknown keys ['expected']"),
     ('{"question": "Q?", "accept": ["went"]}',
      "accepted answer 'went' has no subject: write it whole, e.g. \"she went\""),
+    ('{"question": "Q?", "decline": "dreaming", "accept": ["I ate"]}',
+     'a declined item is {"question": ..., "decline": "<the word its no names>"}, with "decline_kind" (one of '
+     "['no_tense', 'nothing', 'tense', 'verb']) if its kind matters, no more"),
+    ('{"question": "Q?", "decline": 3}', 'a declined item is {"question": ..., "decline": "<the word its no '
+     'names>"}, with "decline_kind" (one of [\'no_tense\', \'nothing\', \'tense\', \'verb\']) if its kind matters, no more'),
+    ('{"question": "Q?", "decline_kind": "never"}',
+     "\"decline_kind\" 'never' is no kind of no; the kinds: ['no_tense', 'nothing', 'tense', 'verb']"),
+    ('{"question": "Q?", "decline": "France", "decline_kind": "nothing"}',
+     'a no of kind \'nothing\' names no word: leave "decline" out'),
+    ('{"question": "Q?", "decline_kind": "verb"}', '"decline" must name the word the no names'),
+    ('{"question": "Q?", "decline": "  "}', '"decline" must name the word the no names'),
 ])
 def test_each_bad_line_says_exactly_what_is_wrong_where_and_how_a_line_looks(tmp_path, line, message):
     path = tmp_path / "bad.jsonl"
@@ -176,7 +187,8 @@ def test_each_bad_line_says_exactly_what_is_wrong_where_and_how_a_line_looks(tmp
         load_eval_set(path)
     assert str(err.value) == (f'{path}:1: {message}; each line is '
                               '{"question": "...", "accept": ["she went", ...]} or '
-                              '{"question": "...", "decline": "<the word>"}')
+                              '{"question": "...", "decline": "<the word>"} '
+                              '(a no that names no word: {"question": "...", "decline_kind": "nothing"})')
 
 
 def test_a_blank_line_between_items_is_skipped_not_the_end(tmp_path):
@@ -184,3 +196,12 @@ def test_a_blank_line_between_items_is_skipped_not_the_end(tmp_path):
     path.write_text('{"question": "A?", "accept": ["I went"]}\n\n   \n{"question": "B?", "accept": ["we went"]}\n',
                     encoding="utf-8")
     assert [item.question for item in load_eval_set(path)] == ["A?", "B?"]
+
+
+def test_a_declined_line_names_its_word_its_kind_or_both(tmp_path):
+    path = tmp_path / "set.jsonl"
+    path.write_text('{"question": "A?", "decline": " dreaming "}\n{"question": "B?", "decline_kind": "nothing"}\n'
+                    '{"question": "C?", "decline": "comer", "decline_kind": "verb"}\n', encoding="utf-8")
+    assert [(i.accept, i.decline, i.decline_kind, i.declines) for i in load_eval_set(path)] == [
+        ([], "dreaming", "", True), ([], "", "nothing", True), ([], "comer", "verb", True)]
+

@@ -75,7 +75,7 @@ def test_no_example_takes_a_question_or_a_verb_from_an_eval_set():
             if line.strip():
                 item = json.loads(line)
                 questions.add(item["question"].casefold())
-                verbs.add((item["label"]["verb"] if "label" in item else item["decline"]).casefold())
+                verbs.add((item["label"]["verb"] if "label" in item else item.get("decline", "")).casefold())
     for conversation in prompt.examples():
         assert conversation[0].text.casefold() not in questions
         pairs, _ = calls_and_results(conversation)

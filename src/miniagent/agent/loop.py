@@ -58,6 +58,7 @@ class Outcome:
     stop_reason: str
     stats: Stats
     final_answer: str = ""  # the model's answer in the final round after a limit (also inside ``answer``)
+    declined: str = ""  # out_of_grammar: the kind of no ("tense", "verb", "nothing", "no_tense")
 
 
 def grammar_tutor(
@@ -119,7 +120,7 @@ class GrammarTutor:
             return self.finish(model_failure_text(failure, self.stats), ModelFailed.stop_reason)
         except OutOfGrammar as no:  # the honest "no": what the grammar lacks, never a form it made up
             self.trace.emit("guard", name=no.stop_reason, kind=no.kind, word=no.word)
-            return self.finish(no.reason, no.stop_reason)
+            return self.finish(no.reason, no.stop_reason, declined=no.kind)
         except Terminal as stop:
             self.trace.emit("guard", name=stop.stop_reason, detail=str(stop))
             final = self.final_round(stop)
@@ -268,12 +269,12 @@ class GrammarTutor:
         self.trace.emit("final_round", answer=action.answer)
         return action.answer
 
-    def finish(self, answer: str, stop_reason: str, final_answer: str = "") -> Outcome:
+    def finish(self, answer: str, stop_reason: str, final_answer: str = "", declined: str = "") -> Outcome:
         self.stats.seconds = round(self.clock.elapsed(), 3)
         self.trace.emit("stop", stop_reason=stop_reason, answer=answer, final_answer=final_answer,
                         stats=self.stats.as_dict())
         log.info(summary_line(stop_reason, self.stats))
-        return Outcome(answer, stop_reason, self.stats, final_answer)
+        return Outcome(answer, stop_reason, self.stats, final_answer, declined)
 
 
 def check_input(user_input: str, max_chars: int) -> None:

@@ -2,7 +2,7 @@
 
 An answer must be exactly one accepted form, subject included, but for case, quotes, spacing, a final full stop
 or a lead-in ending in a colon.  A ``decline`` item is right when the run ends ``out_of_grammar`` naming that
-word.  Sets: docs/maintainers.md.
+word, and giving the no of its ``decline_kind`` where one is set.  Sets: docs/maintainers.md.
 """
 
 from __future__ import annotations
@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import Callable
 
 from ..agent.errors import OutOfGrammar
+from ..agent.loop import Outcome
 from ..agent.trace import Trace
 from ..settings import Settings
 
 DEFAULT_SET = Path("labs/01-tutor-end-to-end/eval.jsonl")
-_FORMAT = '{"question": "...", "accept": ["she went", ...]} or {"question": "...", "decline": "<the word>"}'
+_FORMAT = ('{"question": "...", "accept": ["she went", ...]} or {"question": "...", "decline": "<the word>"} '
+           '(a no that names no word: {"question": "...", "decline_kind": "nothing"})')
+# The kinds of no (agent/scope.py); the last two name no word: nothing to conjugate, no tense named.
+DECLINE_KINDS = {"tense": True, "verb": True, "nothing": False, "no_tense": False}  # kind -> names a word
 
 
 @dataclass
@@ -30,6 +34,11 @@ class EvalItem:
     accept: list[str]
     label: dict = field(default_factory=dict)  # (verb, tense, person) ``accept`` was generated from; never scored
     decline: str = ""  # the word a "no" must name; then ``accept`` is empty
+    decline_kind: str = ""  # the kind of no expected (DECLINE_KINDS); "" for an answer, or any kind naming ``decline``
+
+    @property
+    def declines(self) -> bool:
+        return bool(self.decline or self.decline_kind)
 
 
 class EvalSetError(ValueError):
@@ -44,11 +53,8 @@ def _item(row: object) -> EvalItem:
     question, accept = row.get("question"), row.get("accept")
     if not isinstance(question, str) or not question.strip():
         raise EvalSetError('"question" must be a non-empty string')
-    if "decline" in row:
-        decline = row["decline"]
-        if not isinstance(decline, str) or not decline.strip() or set(row) != {"question", "decline"}:
-            raise EvalSetError('a declined item is {"question": ..., "decline": "<the word its no names>"}, no more')
-        return EvalItem(question, [], decline=decline.strip())
+    if "decline" in row or "decline_kind" in row:
+        return _declined(question, row)
     if not isinstance(accept, list) or not accept or not all(isinstance(a, str) for a in accept):
         raise EvalSetError('"accept" must be a non-empty list of strings')
     for form in accept:
@@ -61,6 +67,21 @@ def _item(row: object) -> EvalItem:
     if extra:
         raise EvalSetError(f"unknown keys {sorted(extra)}")
     return EvalItem(question, list(accept), label)
+
+
+def _declined(question: str, row: dict) -> EvalItem:
+    decline, kind = row.get("decline", ""), row.get("decline_kind", "")
+    if not set(row) <= {"question", "decline", "decline_kind"} or not isinstance(decline, str) \
+            or not isinstance(kind, str):
+        raise EvalSetError('a declined item is {"question": ..., "decline": "<the word its no names>"}, with '
+                           f'"decline_kind" (one of {sorted(DECLINE_KINDS)}) if its kind matters, no more')
+    if kind and kind not in DECLINE_KINDS:
+        raise EvalSetError(f'"decline_kind" {kind!r} is no kind of no; the kinds: {sorted(DECLINE_KINDS)}')
+    names_a_word = DECLINE_KINDS.get(kind, True)
+    if bool(decline.strip()) != names_a_word:
+        raise EvalSetError('"decline" must name the word the no names' if names_a_word else
+                           f'a no of kind {kind!r} names no word: leave "decline" out')
+    return EvalItem(question, [], decline=decline.strip(), decline_kind=kind)
 
 
 def load_eval_set(path: str | Path) -> list[EvalItem]:
@@ -103,12 +124,15 @@ def is_correct(answer: str, accept: list[str]) -> bool:
     return said in {_normalise(form) for form in accept}
 
 
-def is_right(item: EvalItem, answer: str, stop_reason: str) -> bool:
-    """An answer item: answered with an accepted form. A declined one: out_of_grammar, naming the word."""
-    if item.decline:
-        return stop_reason == OutOfGrammar.stop_reason and f"'{item.decline.lower()}'" in answer.lower()
+def is_right(item: EvalItem, outcome: Outcome) -> bool:
+    """An answer item: answered with an accepted form. A declined one: out_of_grammar, naming the word, of the
+    kind the item asks for."""
+    if item.declines:
+        return (outcome.stop_reason == OutOfGrammar.stop_reason
+                and (not item.decline or f"'{item.decline.lower()}'" in outcome.answer.lower())
+                and outcome.declined == (item.decline_kind or outcome.declined))
     # only an answer counts: a fallback, even one holding the final round's answer, is not one
-    return stop_reason == "answered" and is_correct(answer, item.accept)
+    return outcome.stop_reason == "answered" and is_correct(outcome.answer, item.accept)
 
 
 def accepted_forms(verb: str, tense: str, person: str) -> list[str]:
@@ -163,8 +187,10 @@ def run_eval(items: list[EvalItem], settings: Settings, trace: Trace | None = No
                 "question": item.question,
                 "accept": item.accept,
                 "decline": item.decline,
+                "decline_kind": item.decline_kind,
                 "answer": outcome.answer,
-                "correct": is_right(item, outcome.answer, outcome.stop_reason),
+                "declined": outcome.declined,
+                "correct": is_right(item, outcome),
                 "stop_reason": outcome.stop_reason,
                 "turns": outcome.stats.turns,
                 "tool_calls": dict(outcome.stats.tool_calls),
@@ -176,7 +202,7 @@ def run_eval(items: list[EvalItem], settings: Settings, trace: Trace | None = No
     elsewhere = others.cores(ours_s=own_tree_seconds() - own)  # what other programs took meanwhile (1.0 = a core)
     others_pct = None if elsewhere is None else round(100 * elsewhere)
     correct = sum(r["correct"] for r in results)
-    declines = [r for r in results if r["decline"]]
+    declines = [r for r in results if r["decline"] or r["decline_kind"]]
     return {
         "n": len(results),
         "correct": correct,
@@ -208,7 +234,8 @@ def print_report(report: dict) -> None:
     for column in ("#", "question", "accepted", "answer", "ok", "stop", "s"):
         table.add_column(column, overflow="fold")
     for i, r in enumerate(report["items"], 1):
-        wanted = " / ".join(r["accept"]) or f"no, naming '{r.get('decline')}'"
+        wanted = " / ".join(r["accept"]) or (f"no, naming '{r['decline']}'" if r.get("decline") else
+                                             f"no: {r.get('decline_kind')}")
         table.add_row(str(i), r["question"], wanted, r["answer"].splitlines()[0] if r["answer"] else "",
                       "[green]yes[/]" if r["correct"] else "[red]no[/]", r["stop_reason"], f"{r['seconds']:.2f}")
     console.print(table)

@@ -70,7 +70,7 @@ def learner_main(argv: list[str] | None = None) -> int:
             first = len(trace.events)
             outcome = session.ask(item.question)
             _say({"item": index, "stop_reason": outcome.stop_reason,
-                  "correct": is_right(item, outcome.answer, outcome.stop_reason),
+                  "correct": is_right(item, outcome),
                   "seconds": outcome.stats.seconds, "turn_latencies": turn_latencies(trace.events[first:])})
             print(QUESTION_DONE, file=sys.stderr, flush=True)  # to its log, which the driver's progress bar counts
         server = getattr(session.model, "server", None)
