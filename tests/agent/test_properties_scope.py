@@ -116,9 +116,20 @@ TRIVIA = ("What is the {noun} of {place}?", "How {adjective} is {place}?", "Who 
        st.sampled_from(("France", "Mount Everest", "the moon", "Madrid", "my town")),
        st.sampled_from(("tall", "old", "big", "far")), st.integers(1900, 2030))
 def test_a_question_with_nothing_to_conjugate_is_declined_before_any_call(shape, noun, place, adjective, year):
-    """Nothing to conjugate (no tense named, no conjugation asked for): a no before any model or tool call."""
+    """Nothing to conjugate (no tense named, no conjugation asked for): a no before any model or tool call.
+
+    (es) Nada que conjugar (ningún tiempo nombrado, ninguna conjugación pedida): un no antes de llamar al modelo o
+    a una herramienta.
+    """
     question = shape.format(noun=noun, place=place, adjective=adjective, year=year)
+    note("counterexample-json: " + json.dumps({
+        "en": f"The question “{question}”: nothing to conjugate.\n"
+              "A model that takes the first option of every choice its turn's schema offers.",
+        "es": f"La pregunta «{question}»: nada que conjugar.\n"
+              "Un modelo que toma la primera opción de cada elección que le ofrece el esquema de su turno.",
+    }, ensure_ascii=False))
     tools = FakeTools()
     outcome = GrammarTutor(KeepsToTheSchema(), tools, TutorConfig()).run(question)
-    assert outcome.stop_reason == "out_of_grammar" and outcome.stats.turns == 0 and tools.calls == []
+    assert outcome.stop_reason == "out_of_grammar", f"ended {outcome.stop_reason}: {outcome.answer!r}"
+    assert outcome.stats.turns == 0 and tools.calls == []
     assert "I conjugate English verbs" in outcome.answer or "conjugo verbos ingleses" in outcome.answer
