@@ -251,6 +251,20 @@ def test_no_state_changes_without_its_precondition(learner, how, monkeypatch):
     assert progress.load(ROOT, learner) == before
 
 
+@pytest.mark.parametrize("code", [1, 2, 4, 5])
+def test_a_check_that_is_not_green_records_no_fix_whatever_broke_it(learner, code, monkeypatch, capsys):
+    """Issue 63: a save that breaks collection (a syntax error in src/: pytest exits 2; a test that no longer
+    exists: 4; none collected: 5) is no fix, however it exits; only 0 is."""
+    progress.update(ROOT, learner, lambda s: progress.break_state(s, "00-no-cap").update(broken_at=progress.now()))
+    before = progress.load(ROOT, learner)
+    said = "ERROR src/miniagent/agent/loop.py - SyntaxError: invalid syntax\n"
+    monkeypatch.setattr(exercises.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, code, stdout=said, stderr=""))
+    assert exercises.check("no-cap", learner=learner) == code
+    assert progress.load(ROOT, learner) == before
+    assert "fixed and verified" not in capsys.readouterr().out
+
+
 # --------------------------------------------------------------------------
 # reset
 # --------------------------------------------------------------------------
