@@ -292,6 +292,16 @@ def test_on_a_busy_machine_the_figures_it_disturbed_are_shown_not_scored(tmp_pat
     assert console.export_text().count("alterada: sin puntuar") == 3
 
 
+@pytest.mark.parametrize("outcome", ["fallback", "answer", "declined", "crash"])
+def test_on_a_busy_machine_a_run_that_ended_by_itself_has_its_call_count_scored(outcome):
+    """Issue 65: the tool calls of a run that was not cut short are the run's own, whatever the machine did;
+    only its times are disturbed."""
+    observed = {**OBSERVED, "outcome": outcome, "tool_calls": 2, "needs_met": True, "machine_busy": True}
+    rows = {r.field: r for r in compare({"tool_calls": 2.0, "wall_s": 30.0, "processes_left": 0.0}, observed)}
+    assert (rows["tool_calls"].hit, rows["tool_calls"].note) == (True, None)
+    assert rows["wall_s"].note == "disturbed" and rows["processes_left"].hit is True
+
+
 # --------------------------------------------------------------------------
 # The layout, and moving notebooks kept at the first one
 # --------------------------------------------------------------------------

@@ -91,9 +91,17 @@ def exercised(observed: dict[str, Any]) -> bool:
     return observed.get("needs_met") is not False and not observed.get("signal")
 
 
-# What other programs change when they take the CPU: a busy loop gets less of it, runs slower and makes fewer
-# calls before its timeout. The outcome, the stop reason and the processes left are the run's own.
-DISTURBED_BY_A_BUSY_MACHINE = ("wall_s", "cpu_percent", "tool_calls")
+# What other programs change when they take the CPU: a run's times. The outcome, the stop reason and the
+# processes left are the run's own, and so is its count of tool calls, unless the harness's timeout cut it short
+# (a busy loop, slowed down, makes fewer calls before the timeout).
+TIMINGS = ("wall_s", "cpu_percent")
+
+
+def disturbed(field: str, observed: dict[str, Any]) -> bool:
+    """Whether a busy machine made this observed figure another program's as much as the run's."""
+    if not observed.get("machine_busy"):
+        return False
+    return field in TIMINGS or (field == "tool_calls" and observed.get("outcome") == "timeout")
 
 
 def compare(prediction: dict[str, Any], observed: dict[str, Any]) -> list[Row]:
@@ -103,7 +111,7 @@ def compare(prediction: dict[str, Any], observed: dict[str, Any]) -> list[Row]:
     it is mapped onto the prediction's field names first.  A run that never
     exercised the break (``needs_met`` False) scores nothing: every row is
     "not exercised", because such a run says nothing about the prediction. On a busy machine the figures other
-    programs disturbed are shown and marked "disturbed", not scored.
+    programs disturbed (:func:`disturbed`) are shown and marked "disturbed", not scored.
     """
     prediction = prediction or {}
     seen = observed_values(observed)
@@ -114,7 +122,7 @@ def compare(prediction: dict[str, Any], observed: dict[str, Any]) -> list[Row]:
         hit, rule = _judge(field, p, o)
         if not scored and p is not None:
             rows.append(Row(field, p, o, None, rule, note="crashed" if observed.get("signal") else "not exercised"))
-        elif observed.get("machine_busy") and field in DISTURBED_BY_A_BUSY_MACHINE and p is not None:
+        elif disturbed(field, observed) and p is not None:
             rows.append(Row(field, p, o, None, rule, note="disturbed"))
         else:
             rows.append(Row(field, p, o, hit, rule))
