@@ -66,7 +66,7 @@ class FakeTools:
         try:
             return conjugate_text(args["verb"], args["tense"], args["person"])  # the server's own words
         except ToolInputError as err:
-            raise ToolError(str(err)) from None
+            raise ToolError(str(err), err.refusal) from None  # as the MCP client raises it
 
 
 def scripted(behaviour: str) -> ScriptedBackend:

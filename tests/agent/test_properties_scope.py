@@ -18,7 +18,6 @@ from miniagent.agent.grammar import MODALS, TENSES
 from miniagent.agent.grounding import NOT_VERBS as NOT_VERBS_OF_THE_REQUEST
 from miniagent.agent.grounding import PERSON_WORDS, TENSE_WORDS
 from miniagent.agent.loop import GrammarTutor
-from miniagent.agent.scope import refused_verb
 from miniagent.tools.conjugation import ConjugationError, validate_verb
 
 from test_properties_grounding import KeepsToTheSchema
@@ -40,7 +39,7 @@ def refused(word: str) -> bool:
     try:
         validate_verb(word)
     except ConjugationError as err:
-        return refused_verb(str(err))[0] == word
+        return err.refusal is not None and err.refusal["word"] == word
     return False
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from helpers import FakeTools, config, scripted
 
-from miniagent.agent.errors import OutOfGrammar
+from miniagent.agent.errors import OutOfGrammar, ToolError
 from miniagent.agent.grammar import TENSES
 from miniagent.agent.loop import grammar_tutor
-from miniagent.agent.scope import GrammarScope, language_of, made_up_tense, nearest_tense, refused_verb
+from miniagent.agent.scope import GrammarScope, language_of, made_up_tense, nearest_tense, refusal_text
 from miniagent.agent.trace import Trace
+from miniagent.tools.server import ToolInputError, conjugate_text
 
 
 @pytest.mark.parametrize("question, tense", [
@@ -86,24 +87,58 @@ def test_the_no_to_a_made_up_name_offers_the_nearest_real_tense_in_the_learners_
     assert "nearest" not in raised.value.reason and "'passive voice'" in raised.value.reason
 
 
-@pytest.mark.parametrize("error, word", [
-    ("'blorf' is not an English verb I know (it is not in the verb lexicon). Give an English verb ...", "blorf"),
-    ("'quickly' is not a verb (it is an adverb). Give an English verb in its base form", "quickly"),
-    ("'must' is not a verb (it is a modal verb, which has no full conjugation). In its place English uses 'have "
-     "to': he has had to.", "must"),
-    ("'went' is the past of 'go'; give the base form 'go'.", ""),  # a form of a verb: the model may correct it
-    ("Unknown tense 'yesterday'. Valid tenses: ...", ""),
+def tool_error(verb: str, tense: str = "past simple", person: str = "she") -> ToolError:
+    """The error the MCP server's own logic gives for this call, as the client raises it (its refusal as data)."""
+    try:
+        conjugate_text(verb, tense, person)
+    except ToolInputError as err:
+        return ToolError(str(err), err.refusal)
+    raise AssertionError(f"{verb!r} was conjugated")
+
+
+def made_up_refusal(word: str) -> ToolError:
+    return ToolError(f"'{word}' is not a verb (pretend).", {"code": "not_a_verb", "word": word, "is": ["noun"],
+                                                            "text": f"'{word}' is not a verb (pretend)."})
+
+
+@pytest.mark.parametrize("verb, code", [
+    ("blorf", "unknown_word"), ("quickly", "not_a_verb"), ("must", "not_a_verb"), ("comer", "spanish_word"),
+    ("beware", "no_full_conjugation"), ("went", None),  # a form of a verb: the model may correct it
 ])
-def test_a_refusal_is_told_from_a_correction(error, word):
-    found, sentence = refused_verb(error)
-    assert found == word
-    assert (sentence in error and sentence.endswith(".")) if word else sentence == ""
+def test_a_refusal_is_told_from_a_correction_by_its_data_not_its_words(verb, code):
+    refusal = tool_error(verb).refusal
+    assert (refusal or {}).get("code") == code and (refusal is None or refusal["word"] == verb)
 
 
-def test_a_modals_refusal_keeps_its_stand_in():
-    error = ("'must' is not a verb (it is a modal verb, which has no full conjugation). In its place English uses "
-             "'have to': he has had to. Give an English verb")
-    assert refused_verb(error)[1].endswith("he has had to.")
+def test_an_error_about_another_argument_is_no_refusal():
+    with pytest.raises(ToolInputError) as err:
+        conjugate_text("go", "yesterday", "she")
+    assert err.value.refusal is None
+
+
+@pytest.mark.parametrize("verb, tense, english, spanish", [
+    ("comer", "past simple", "'comer' is a Spanish word, not an English verb: I conjugate English verbs.",
+     "'comer' es una palabra española, no un verbo inglés: conjugo verbos ingleses."),
+    ("must", "present perfect", "'must' is not a verb (it is a modal verb, which has no full conjugation). In its "
+     "place English uses 'have to': she has had to.", "'must' no es un verbo (es un verbo modal, que no tiene "
+     "conjugación completa). En su lugar, el inglés usa 'have to': she has had to."),
+    ("can", "past continuous", "'can' is not a verb (it is a modal verb, which has no full conjugation). In its "
+     "place English uses 'be able to', in the simple and perfect tenses.", "'can' no es un verbo (es un verbo "
+     "modal, que no tiene conjugación completa). En su lugar, el inglés usa 'be able to', en los tiempos simples "
+     "y perfectos."),
+    ("wont", "past simple", "'wont' is not a verb (it is a noun or an adjective).",
+     "'wont' no es un verbo (es un sustantivo o un adjetivo)."),
+    ("beware", "past simple", "'beware' has no past or -ing forms, so it has no full conjugation.",
+     "'beware' no tiene pasado ni forma en -ing, así que no tiene conjugación completa."),
+    ("blorf", "past simple", "'blorf' is not an English verb I know (it is not in the verb lexicon).",
+     "'blorf' no es un verbo inglés que yo conozca (no está en el léxico de verbos)."),
+])
+def test_a_refusal_is_said_whole_in_the_questions_language(verb, tense, english, spanish):
+    """Issue 65: the reason comes in the learner's language, made from the refusal's data; in English it is the
+    tool's own sentence, stand-in included."""
+    refusal = tool_error(verb, tense).refusal
+    assert refusal_text(refusal, "en") == english
+    assert refusal_text(refusal, "es") == spanish
 
 
 @pytest.mark.parametrize("question, language", [
@@ -118,9 +153,9 @@ def test_the_no_is_said_in_the_questions_language(question, language):
 def test_the_unit_declines_only_when_every_word_the_question_may_mean_was_refused():
     scope = GrammarScope(enabled=True)
     scope.start("Is quickly or eat the verb in the past simple for she?")  # two words that may be the verb
-    scope.saw_error("quickly", "'quickly' is not a verb (it is an adverb).")  # one left: the model may try it
+    scope.saw_error("quickly", tool_error("quickly"))  # one left: the model may try it
     with pytest.raises(OutOfGrammar) as no:
-        scope.saw_error("eat", "'eat' is not a verb (pretend).")
+        scope.saw_error("eat", made_up_refusal("eat"))
     assert (no.value.kind, no.value.word) == ("verb", "eat")
     assert "'eat' is not a verb" in no.value.reason
 
@@ -130,7 +165,7 @@ def test_a_quoted_noun_is_declined_though_grounding_also_offers_what_its_ending_
     scope = GrammarScope(enabled=True)
     scope.start("¿Cuál es el presente perfecto de 'happiness' para 'ellos'?")
     with pytest.raises(OutOfGrammar):
-        scope.saw_error("happiness", "'happiness' is not a verb (it is a noun).")
+        scope.saw_error("happiness", tool_error("happiness"))
 
 
 def test_the_unit_declines_a_refused_word_of_a_question_that_offers_no_verb():
@@ -138,36 +173,36 @@ def test_the_unit_declines_a_refused_word_of_a_question_that_offers_no_verb():
     scope = GrammarScope(enabled=True)
     scope.start("Can you give the past simple for she?")
     with pytest.raises(OutOfGrammar):
-        scope.saw_error("can", "'can' is not a verb (it is a modal verb, which has no full conjugation).")
+        scope.saw_error("can", tool_error("can"))
 
 
 def test_the_unit_hears_only_a_refusal_of_the_word_called():
     scope = GrammarScope(enabled=True)
     scope.start("What is the past simple of 'blorf' for she?")
-    scope.saw_error("blorf", "'went' is the past of 'go'; give the base form 'go'.")  # a correction, not a no
-    scope.saw_error("blorf", "Unknown tense 'x'. Valid tenses: ...")  # another argument's error
-    scope.saw_error("blurf", "'blorf' is not an English verb I know (it is not in the verb lexicon).")  # not called
+    scope.saw_error("blorf", tool_error("went"))  # a correction, not a no
+    scope.saw_error("blorf", ToolError("Unknown tense 'x'. Valid tenses: ..."))  # another argument's error
+    scope.saw_error("blurf", tool_error("blorf"))  # not called
     assert scope.refused == set()
     with pytest.raises(OutOfGrammar):
-        scope.saw_error("blorf", "'blorf' is not an English verb I know (it is not in the verb lexicon).")
+        scope.saw_error("blorf", tool_error("blorf"))
 
 
 def test_a_scope_that_has_read_no_question_declines_nothing_and_speaks_english():
     scope = GrammarScope(enabled=True)
-    scope.saw_error("blorf", "'blorf' is not an English verb I know (it is not in the verb lexicon).")
+    scope.saw_error("blorf", tool_error("blorf"))
     assert scope.text("tense", "dreaming").startswith("I cannot answer that: there is no 'dreaming' tense")
 
 
 def test_the_unit_ignores_a_refused_word_the_question_never_offered():
     scope = GrammarScope(enabled=True)
     scope.start("What is the past simple of go for she?")
-    scope.saw_error("quickly", "'quickly' is not a verb (it is an adverb).")  # the model's own mistake
+    scope.saw_error("quickly", tool_error("quickly"))  # the model's own mistake
 
 
 def test_the_unit_off_never_declines():
     scope = GrammarScope(enabled=False)
     scope.start("What is the dreaming tense of eat for I?")
-    scope.saw_error("blorf", "'blorf' is not an English verb I know (it is not in the verb lexicon).")
+    scope.saw_error("blorf", tool_error("blorf"))
 
 
 def run(question, behaviour="literal", **overrides):
@@ -203,7 +238,8 @@ def test_a_modal_is_declined_with_its_usual_stand_in():
 
 def test_the_no_is_said_in_spanish_to_a_spanish_question():
     outcome, _ = run("¿Cuál es el pasado simple de 'blorf' para ella?")
-    assert outcome.answer.startswith("No puedo responder a eso. La herramienta de conjugación dice: 'blorf'")
+    assert outcome.answer == ("No puedo responder a eso: 'blorf' no es un verbo inglés que yo conozca (no está en "
+                              "el léxico de verbos).")
 
 
 def test_a_question_in_the_grammar_is_answered_as_before():
@@ -266,8 +302,11 @@ def test_a_question_that_asks_for_a_tense_is_not_held_up(question):
 def test_a_spanish_word_is_named_as_such_by_the_tool_and_the_no_says_so():
     outcome, trace = run("¿Cuál es el pasado simple de 'comer' para yo?")
     assert outcome.stop_reason == "out_of_grammar" and outcome.stats.turns == 1
-    assert outcome.answer == ("No puedo responder a eso. La herramienta de conjugación dice: 'comer' is a Spanish "
-                              "word, not an English verb: I conjugate English verbs.")
+    assert outcome.answer == ("No puedo responder a eso: 'comer' es una palabra española, no un verbo inglés: "
+                              "conjugo verbos ingleses.")  # issue 65: the reason in the question's language too
+    english, _ = run("What is the past simple of 'comer' for I?")
+    assert english.answer == ("I cannot answer that: 'comer' is a Spanish word, not an English verb: I conjugate "
+                              "English verbs.")
 
 
 def trace_calls(trace) -> list:

@@ -85,20 +85,30 @@ def test_the_irregular_verbs_are_plain_words_whose_past_or_participle_is_not_reg
     assert all(not {past, participle} <= lexicon._regular_pasts(verb) for verb, (past, participle) in table.items())
 
 
-@pytest.mark.parametrize("word, says", [
-    ("went", "'went' is the past of 'go'; give the base form 'go'."),
-    ("am", "'am' is a present form of 'be'; give the base form 'be'."),
-    ("felt", "'felt' is the past and the past participle of 'feel'; give the base form 'feel'."),
-    ("beware", "'beware' has no past or -ing forms, so it has no full conjugation."),
-    ("wont", "'wont' is not a verb (it is a noun or an adjective)."),
-    ("quickly", "'quickly' is not a verb (it is an adverb)."),
-    ("quoth", "'quoth' is not an English verb I know (it is not in the verb lexicon)."),
+@pytest.mark.parametrize("word, says, refusal", [
+    ("went", "'went' is the past of 'go'; give the base form 'go'.", None),
+    ("am", "'am' is a present form of 'be'; give the base form 'be'.", None),
+    ("felt", "'felt' is the past and the past participle of 'feel'; give the base form 'feel'.", None),
+    ("beware", "'beware' has no past or -ing forms, so it has no full conjugation.",
+     {"code": "no_full_conjugation", "word": "beware", "is": []}),
+    ("wont", "'wont' is not a verb (it is a noun or an adjective).",
+     {"code": "not_a_verb", "word": "wont", "is": ["noun", "adjective"]}),
+    ("quickly", "'quickly' is not a verb (it is an adverb).", {"code": "not_a_verb", "word": "quickly", "is": ["adverb"]}),
+    ("quoth", "'quoth' is not an English verb I know (it is not in the verb lexicon).",
+     {"code": "unknown_word", "word": "quoth", "is": []}),
+    ("comer", "'comer' is a Spanish word, not an English verb: I conjugate English verbs.",
+     {"code": "spanish_word", "word": "comer", "is": []}),
+    ("the", "'the' is not a verb (it is an article).", {"code": "not_a_verb", "word": "the", "is": ["article"]}),
+    ("must", "'must' is not a verb (it is a modal verb, which has no full conjugation).",
+     {"code": "not_a_verb", "word": "must", "is": ["modal"]}),
 ])
-def test_a_word_that_is_not_a_base_form_is_refused_saying_what_it_is(word, says):
-    assert cj._what_it_is(word) == says
+def test_a_word_that_is_not_a_base_form_is_refused_saying_what_it_is(word, says, refusal):
+    """The message is for the model; the refusal, the same as data, is what the agent's no is made from (a form
+    of a known verb is a correction, not a refusal)."""
     with pytest.raises(ConjugationError) as refused:
         cj.validate_verb(word)
-    assert str(refused.value) == says
+    assert (str(refused.value), refused.value.refusal) == (says, refusal)
+    assert refusal is None or refusal["code"] in cj.REFUSALS
 
 
 def test_a_phrasal_verb_given_in_the_past_is_told_its_base_form_with_its_particle():

@@ -113,6 +113,21 @@ def test_bad_arguments_are_tool_errors_naming_the_options(client, args, names):
     assert client.call("conjugate", GO) == "they went"
 
 
+def test_a_refused_verb_reaches_the_client_as_data_over_the_protocol(client):
+    """Issue 65/67: what the agent's no is made from crosses MCP as the error's structured content, not as a
+    sentence to be read; an error about another argument carries none."""
+    with pytest.raises(ToolError) as refused:
+        client.call("conjugate", {"verb": "must", "tense": "present perfect", "person": "he"})
+    assert refused.value.refusal == {
+        "code": "not_a_verb", "word": "must", "is": ["modal"], "instead": "have to", "example": "he has had to",
+        "text": "'must' is not a verb (it is a modal verb, which has no full conjugation). In its place English uses "
+                "'have to': he has had to."}
+    assert str(refused.value).startswith(refused.value.refusal["text"])
+    with pytest.raises(ToolError) as other:
+        client.call("conjugate", {"verb": "go", "tense": "yesterday", "person": "he"})
+    assert other.value.refusal is None
+
+
 def test_unknown_tool_is_a_tool_error(client):
     with pytest.raises(ToolError):
         client.call("translate", {"text": "hola"})

@@ -37,7 +37,12 @@ class Recoverable(Exception):
 
 
 class ToolError(Recoverable):
-    """The tool answered with an error (bad arguments, unknown verb...)."""
+    """The tool answered with an error (bad arguments, unknown verb...). ``refusal``: where the tool refused a
+    word as no verb it knows, that refusal as data (tools/conjugation.py, REFUSALS), else None."""
+
+    def __init__(self, message: str, refusal: dict | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
 
 
 class ToolTimeout(Recoverable):

@@ -218,7 +218,7 @@ class GrammarTutor:
             observation = f"error: {err}"
             self.stuck.record(key, observation)  # before the breaker's discovery, which is not the tool's answer
             self.grounding.saw_error(observation)
-            self.scope.saw_error(action.args.get("verb"), str(err))  # no verb the question could mean: "no"
+            self.scope.saw_error(action.args.get("verb"), err)  # no verb the question could mean: "no"
             if self.breaker.record(ok=False):
                 self.trace.emit("guard", name="failure_breaker", after=self.config.max_consecutive_failures)
                 observation += "\n" + self.discover()

@@ -50,8 +50,6 @@ _TOKEN_RE = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*|[^\w\s]", re.UNICODE)
 # How the tool refuses a word as a verb: "'blorf' is not an English verb I know", "'must' is not a verb (it is a
 # modal verb ...)", "'beware' has no past or -ing forms", "'comer' is a Spanish word". Not "give the base form
 # 'go'": that word has a verb.
-_REFUSAL_RE = re.compile(r"'([^']+)' (?:is not (?:a verb|an English verb)|has no past|is a Spanish word)[^.]*\."
-                         r"(?: In its place[^.]*\.)?")
 # Words only a Spanish question holds; two of them make the tutor say its "no" in Spanish.
 _SPANISH_WORDS = frozenset("""
 conjuga conjugar conjugación tiempo verbo cuál qué cómo dime dame para del el la en es yo tú ella él nosotros
@@ -70,13 +68,39 @@ TEXTS = {
     "es": {"tense": "No puedo responder a eso: no hay un tiempo {word!r} entre los que conjugo. "
                     "Los {n} que conozco (en inglés): {tenses}.",
            "nearest": " El más cercano: el {tense}.",
-           "verb": "No puedo responder a eso. La herramienta de conjugación dice: {reason}",
+           "verb": "No puedo responder a eso: {reason}",
            "no_tense": "¿En qué tiempo? Tu pregunta no nombra ninguno que yo sepa distinguir, y no voy a elegirlo "
                        "por ti. Los {n} que conozco (en inglés): {tenses}.",
            "nothing": "No puedo responder a eso: conjugo verbos ingleses, y tu pregunta no nombra ningún tiempo ni "
                       "pide ninguna conjugación. Pregúntame, por ejemplo: «¿Cuál es el pasado simple de 'go' para "
                       "'ella'?»"},
 }
+
+
+# The tool's refusal of a word (tools/conjugation.py, REFUSALS), said in Spanish from its data; in English the
+# tool's own sentence says it.
+REFUSED_ES = {
+    "not_a_verb": "{word!r} no es un verbo (es {what}).",
+    "spanish_word": "{word!r} es una palabra española, no un verbo inglés: conjugo verbos ingleses.",
+    "no_full_conjugation": "{word!r} no tiene pasado ni forma en -ing, así que no tiene conjugación completa.",
+    "unknown_word": "{word!r} no es un verbo inglés que yo conozca (no está en el léxico de verbos).",
+}
+KINDS_ES = {"modal": "un verbo modal, que no tiene conjugación completa", "article": "un artículo",
+            "pronoun": "un pronombre", "preposition": "una preposición", "conjunction": "una conjunción",
+            "determiner": "un determinante", "adverb": "un adverbio", "noun": "un sustantivo",
+            "name": "un nombre propio", "adjective": "un adjetivo"}
+
+
+def refusal_text(refusal: dict, language: str) -> str:
+    """Why the tool refused the word, in the question's language, from the refusal's data."""
+    if language != "es":
+        return refusal["text"]
+    what = " o ".join(KINDS_ES.get(kind, kind) for kind in refusal.get("is", ()))
+    said = REFUSED_ES[refusal["code"]].format(word=refusal["word"], what=what)
+    if refusal.get("instead"):
+        said += (f" En su lugar, el inglés usa {refusal['instead']!r}: {refusal['example']}." if refusal["example"]
+                 else f" En su lugar, el inglés usa {refusal['instead']!r}, en los tiempos simples y perfectos.")
+    return said
 
 
 def language_of(question: str) -> str:
@@ -138,12 +162,6 @@ def nearest_tense(question: str, made_up: str) -> str:
     return named[0] if named else ""
 
 
-def refused_verb(error: str) -> tuple[str, str]:
-    """(the word, the tool's sentence) when a tool error refuses a word as no verb it knows, else ("", "")."""
-    match = _REFUSAL_RE.search(error)
-    return (match.group(1), match.group(0)) if match else ("", "")
-
-
 class GrammarScope:
     """The guard: raises ``OutOfGrammar`` when the question, or the tool's answers to it, fall outside the grammar.
 
@@ -172,15 +190,16 @@ class GrammarScope:
         if self.enabled and not tenses_named(question):  # asked back: a tense is never chosen silently
             raise OutOfGrammar("no_tense", "", self.text("no_tense"))
 
-    def saw_error(self, verb: object, error: str) -> None:
-        """A tool error for a call with ``verb``: when the tool refused it and it was the question's last
-        possible verb (or, where the question offers none, a word of it), the run ends."""
-        word, sentence = refused_verb(error)
+    def saw_error(self, verb: object, error: Exception) -> None:
+        """A tool error for a call with ``verb``: when the tool refused it (its ``refusal``, as data) and it was the
+        question's last possible verb (or, where the question offers none, a word of it), the run ends."""
+        refusal = getattr(error, "refusal", None) or {}
+        word = refusal.get("word", "")
         if not (self.enabled and word and word == verb and word in (self.candidates or self.words)):
             return
         self.refused.add(word)
         if self.candidates <= self.refused:
-            raise OutOfGrammar("verb", word, self.text("verb", reason=sentence))
+            raise OutOfGrammar("verb", word, self.text("verb", reason=refusal_text(refusal, self.language)))
 
     def text(self, kind: str, word: str = "", reason: str = "", tense: str = "") -> str:
         return TEXTS[self.language][kind].format(word=word, reason=reason, tense=tense, n=len(TENSES),

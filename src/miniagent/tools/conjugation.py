@@ -47,7 +47,18 @@ _MAX_RAW_LEN = 64
 
 # The caller is often a small model: a message that names what is accepted lets it correct itself next turn.
 class ConjugationError(ValueError):
-    """Bad verb, tense or person. The message says what is accepted instead."""
+    """Bad verb, tense or person. The message says what is accepted instead; ``refusal``, for a word refused as
+    no verb the tool knows, says the same as data (what the agent's "no" is made from, in any language)."""
+
+    def __init__(self, message: str, refusal: dict | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal  # {"code": ..., "word": ..., "is": [kinds of word]} (REFUSALS)
+
+
+# Why a word is no verb to conjugate, as ``ConjugationError.refusal["code"]``: what it is instead ("is": modal,
+# article, pronoun, preposition, conjunction, determiner, adverb, noun, name, adjective), a Spanish word, a verb
+# with no past or -ing forms, or a word the verb lexicon lacks.
+REFUSALS = ("not_a_verb", "spanish_word", "no_full_conjugation", "unknown_word")
 
 
 def _show(value: str, limit: int = 40) -> str:
@@ -176,12 +187,18 @@ _FORM_NAMES = {
 _POS_NAMES = {"NOUN": "a noun", "PROPN": "a name", "ADJ": "an adjective", "ADV": "an adverb"}
 
 
-def _what_it_is(word: str, particles: str = "") -> str:
-    """Why ``word`` is not a verb's base form, as the error message's text."""
+def _refused(code: str, word: str, *kinds: str) -> dict:
+    return {"code": code, "word": word, "is": [kind.split()[-1] for kind in kinds]}  # "a noun" -> "noun"
+
+
+def _what_it_is(word: str, particles: str = "") -> tuple[str, dict | None]:
+    """Why ``word`` is not a verb's base form: the error message's text, and the refusal it is (None where the
+    word is a form of a verb the message names: a correction, not a refusal)."""
     if word in _NOT_VERBS:
-        return f"{word!r} is not a verb (it is {_NOT_VERBS[word]})."
+        return f"{word!r} is not a verb (it is {_NOT_VERBS[word]}).", _refused("not_a_verb", word, _NOT_VERBS[word])
     if is_spanish_word(word):
-        return f"{word!r} is a Spanish word, not an English verb: I conjugate English verbs."
+        return (f"{word!r} is a Spanish word, not an English verb: I conjugate English verbs.",
+                _refused("spanish_word", word))
     lib = library()
     lemmas = lib.getAllLemmas(word)  # loads the lemma table: only ever on this error path
     found = []
@@ -197,13 +214,15 @@ def _what_it_is(word: str, particles: str = "") -> str:
     if found:
         what = " or ".join(f"{names} of {lemma!r}" for names, lemma in found)
         bases = " or ".join(repr(lemma + particles) for _names, lemma in found)
-        return f"{word!r} is {what}; give the base form {bases}."
+        return f"{word!r} is {what}; give the base form {bases}.", None
     if word in lemmas.get("VERB", ()):
-        return f"{word!r} has no past or -ing forms, so it has no full conjugation."
+        return (f"{word!r} has no past or -ing forms, so it has no full conjugation.",
+                _refused("no_full_conjugation", word))
     kinds = [_POS_NAMES[pos] for pos in _POS_NAMES if pos in lemmas]
     if kinds:
-        return f"{word!r} is not a verb (it is {' or '.join(kinds)})."
-    return f"{word!r} is not an English verb I know (it is not in the verb lexicon)."
+        return f"{word!r} is not a verb (it is {' or '.join(kinds)}).", _refused("not_a_verb", word, *kinds)
+    return (f"{word!r} is not an English verb I know (it is not in the verb lexicon).",
+            _refused("unknown_word", word))
 
 
 # A word is Spanish where Spanish text uses it and English text all but never does ("comer", "mar"), measured by
@@ -229,24 +248,35 @@ _MODAL_STAND_INS = {"can": "be able to", "could": "be able to", "must": "have to
                     "might": "be allowed to"}
 
 
-def modal_stand_in(verb: str, tense: str, person: str) -> str:
-    """For a modal that has a usual stand-in, a sentence giving it in the tense asked for; else ""."""
+def modal_stand_in_parts(verb: str, tense: str, person: str) -> dict:
+    """For a modal that has a usual stand-in: {"instead": "have to", "example": "he has had to"} (no example where
+    the tense asked for has none: "we were being able to" is no English); else {}."""
     word = verb.strip().lower() if isinstance(verb, str) else ""
     if word not in _MODAL_STAND_INS:
-        return ""
+        return {}
     head, _, rest = _MODAL_STAND_INS[word].partition(" ")
-    if head == "be" and "continuous" in normalize_tense(tense):  # "we were being able to" is no English
-        return f"In its place English uses {_MODAL_STAND_INS[word]!r}, in the simple and perfect tenses."
-    phrase = f"{subject_for(person)} {conjugate(head, tense, person)} {rest}"
-    return f"In its place English uses {_MODAL_STAND_INS[word]!r}: {phrase}."
+    if head == "be" and "continuous" in normalize_tense(tense):
+        return {"instead": _MODAL_STAND_INS[word], "example": ""}
+    return {"instead": _MODAL_STAND_INS[word], "example": f"{subject_for(person)} {conjugate(head, tense, person)} {rest}"}
+
+
+def modal_stand_in(verb: str, tense: str, person: str) -> str:
+    """For a modal that has a usual stand-in, a sentence giving it in the tense asked for; else ""."""
+    parts = modal_stand_in_parts(verb, tense, person)
+    if not parts:
+        return ""
+    if not parts["example"]:
+        return f"In its place English uses {parts['instead']!r}, in the simple and perfect tenses."
+    return f"In its place English uses {parts['instead']!r}: {parts['example']}."
 
 
 def _check_word(word: str, particles: str = "") -> None:
     """Raise unless ``word`` (one word, letters and hyphens) is a verb's base form."""
     if word in MODALS:  # before the lexicon, which also lists 'can' (put in cans) and 'will' (bequeath)
-        raise ConjugationError(f"{word!r} is not a verb (it is a modal verb, which has no full conjugation).")
+        raise ConjugationError(f"{word!r} is not a verb (it is a modal verb, which has no full conjugation).",
+                               _refused("not_a_verb", word, "modal"))
     if stems_of(word) is None:
-        raise ConjugationError(_what_it_is(word, particles))
+        raise ConjugationError(*_what_it_is(word, particles))
 
 
 def validate_verb(verb: str) -> str:

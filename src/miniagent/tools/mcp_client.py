@@ -385,5 +385,6 @@ class MCPClient:
         result = self._submit(lambda s: s.call_tool(tool, args), tool, timeout)
         text = "\n".join(block.text for block in result.content if getattr(block, "type", None) == "text")
         if result.is_error:
-            raise ToolError(text or f"{tool} failed without a message")
+            refusal = (result.structured_content or {}).get("refusal")
+            raise ToolError(text or f"{tool} failed without a message", refusal if isinstance(refusal, dict) else None)
         return text

@@ -33,7 +33,12 @@ _VERB_HINT = "Give an English verb in its base form, e.g. 'see', 'go', 'be'."
 
 
 class ToolInputError(ValueError):
-    """A bad call to a tool: the server answers it with a tool error (``isError: true``)."""
+    """A bad call to a tool: the server answers it with a tool error (``isError: true``). ``refusal``: a verb
+    refused as no verb the tool knows, as data; it goes with the error as its structured content."""
+
+    def __init__(self, message: str, refusal: dict | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
 
 
 # --------------------------------------------------------------------------
@@ -109,7 +114,11 @@ def conjugate_text(verb: Any, tense: Any, person: Any) -> str:
             check(value)
         except cj.ConjugationError as exc:
             stand_in = cj.modal_stand_in(value, tense_s, person_s) if name == "verb" else ""
-            raise ToolInputError(f"{exc} {stand_in}" if stand_in else _with_hint(str(exc), name)) from None
+            said = f"{exc} {stand_in}" if stand_in else _with_hint(str(exc), name)
+            # The refusal as data, with the sentence that says it in English: the agent's no is made from it
+            refusal = exc.refusal and {**exc.refusal, **cj.modal_stand_in_parts(value, tense_s, person_s),
+                                       "text": f"{exc} {stand_in}".strip()}
+            raise ToolInputError(said, refusal) from None
     try:
         phrase = cj.conjugate(verb_s, tense_s, person_s)
         return f"{cj.subject_for(person_s)} {phrase}"
@@ -236,7 +245,8 @@ def build_server(delay: float = 0.0, hang_on: str | None = None) -> Server:
             else:
                 raise ToolInputError(f"Unknown tool {_shorten(params.name)!r}; the tools are conjugate and list_tenses.")
         except ToolInputError as exc:
-            return types.CallToolResult(content=[types.TextContent(type="text", text=str(exc))], is_error=True)
+            return types.CallToolResult(content=[types.TextContent(type="text", text=str(exc))], is_error=True,
+                                        structured_content={"refusal": exc.refusal} if exc.refusal else None)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
     # Only these two handlers: the capabilities the server announces are
