@@ -402,8 +402,17 @@ def test_one_summary_line_per_run(caplog):
         run("oracle")
         run("stubborn", max_turns=2)
     lines = [r.getMessage() for r in caplog.records]
-    assert lines[0] == "converged at 2 turns"
-    assert lines[1].startswith("cap hit (max_turns) at 2 turns: conjugate x1")
+    assert lines[0] == "converged after 2 turns"
+    assert lines[1].startswith("cap hit (max_turns) after 2 turns: conjugate x1")
+
+
+def test_the_summary_line_reads_as_a_sentence_for_one_turn_too():
+    """Issue 65: "declined at 1 turns" read wrong."""
+    from miniagent.agent.loop import Stats, summary_line
+
+    assert summary_line("out_of_grammar", Stats(turns=1)) == "declined after 1 turn: the question is outside the grammar"
+    assert summary_line("answered", Stats(turns=1)) == "converged after 1 turn"
+    assert summary_line("stuck", Stats(turns=0)) == "cap hit (stuck) after 0 turns: no tool calls"
 
 
 # --- grounding: no answer before a successful tool result ---------------------------------------------------

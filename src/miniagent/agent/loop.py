@@ -319,14 +319,15 @@ def model_failure_text(failure: ModelFailed, stats: Stats) -> str:
 
 def summary_line(stop_reason: str, stats: Stats) -> str:
     """One log line per run: converged, or which limit was hit."""
+    turns = f"{stats.turns} turn{'' if stats.turns == 1 else 's'}"
     if stop_reason == "answered":
-        return f"converged at {stats.turns} turns"
+        return f"converged after {turns}"
     if stop_reason == OutOfGrammar.stop_reason:
-        return f"declined at {stats.turns} turns: the question is outside the grammar"
+        return f"declined after {turns}: the question is outside the grammar"
     counts = calls_summary(stats.tool_calls)
     last = f", last error: {stats.last_tool_error}" if stats.last_tool_error else ""
     kind = "cap hit" if stop_reason in cap_reasons() else "stopped"
-    return f"{kind} ({stop_reason}) at {stats.turns} turns: {counts}{last}"
+    return f"{kind} ({stop_reason}) after {turns}: {counts}{last}"
 
 
 def calls_summary(tool_calls: Mapping[str, int], none: str = "no tool calls") -> str:
