@@ -70,7 +70,7 @@ def breaks(c):
     """List the break catalogue with a one-line description each."""
     from miniagent.lab.commands import exercises
 
-    exercises.list_breaks()
+    exercises.list_breaks(exercises.report_lang(_who(None)))
 
 
 @task(name="break", positional=["variant"], help=kit.help_for("break"))

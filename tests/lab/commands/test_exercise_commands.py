@@ -84,10 +84,28 @@ def test_break_applies_it_remembers_when_and_says_how_to_fix_it(shown, source, l
     assert state(learner, "03-no-dedup") == {"broken_at": NOW}
     assert printed(shown) == [
         f"03-no-dedup applied to src/: {brk.removes['en']}.",
-        "Study the diff with `git diff src/`, then fix it yourself: `invoke watch no-dedup` runs its guard tests on "
-        "every save, `invoke hint no-dedup` gives one hint at a time. `invoke fix no-dedup` reverts it exactly."]
+        "Now find what is missing, without the diff: `invoke watch no-dedup` runs its guard tests on every save, "
+        "`invoke hint no-dedup` gives one hint at a time. `invoke fix no-dedup` reverts it exactly."]
     first = printed(shown, styles=True)[0]
     assert first.startswith("\x1b[1;31m") and "-no-dedup\x1b[0m applied to src/: identical-call dedup." in first
+
+
+def test_a_spanish_learner_reads_break_fix_and_the_catalogue_in_spanish(shown, source, learner):
+    """Issue 65: the learner's language, chosen once, for every line these commands print."""
+    progress.learner_lang(ROOT, learner, "es")
+    brk = find("no-dedup")
+    exercises.break_tree("no-dedup", learner)
+    exercises.fix_tree("no-dedup", learner)
+    exercises.list_breaks("es")
+    lines = printed(shown)
+    assert lines[:3] == [
+        f"03-no-dedup aplicada en src/: {brk.removes['es']}.",
+        "Ahora busca lo que falta, sin mirar el diff: `invoke watch no-dedup` ejecuta sus pruebas de la guarda cada "
+        "vez que guardas, `invoke hint no-dedup` da una pista cada vez. `invoke fix no-dedup` la revierte "
+        "exactamente.",
+        "03-no-dedup revertida: src/ está como antes de la avería."]
+    assert lines[3] == "El catálogo de averías: `invoke exp ALIAS` ejecuta una, `invoke break ALIAS` la aplica"
+    assert f"  {brk.id:<20} {brk.title['es']} (sustituto {brk.llm})" in lines[4:]
 
 
 def test_fix_reverts_it_and_remembers_when(shown, source, learner):
@@ -291,8 +309,8 @@ def test_a_hints_own_brackets_and_numbers_are_printed_as_they_are(shown, learner
 def test_the_notebook_keeps_its_first_language_and_says_so_plainly(shown, learner):
     progress.learner_lang(ROOT, learner, "es")
     assert exercises.notebook_lang(learner, "en") == "es"
-    line = (f"Your notebook is in 'es'; it stays so (the lab does not rewrite it). To change, edit "
-            f"learners/{learner}/progress.json.")
+    line = (f"Tu cuaderno está en 'es' y seguirá así (el laboratorio no lo reescribe). Para cambiarlo, edita "
+            f"learners/{learner}/progress.json.")  # in the notebook's language, which it keeps
     assert printed(shown) == [line] and printed(shown, styles=True) == [line]
 
 

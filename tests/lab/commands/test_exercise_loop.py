@@ -377,7 +377,7 @@ def test_the_notebook_language_is_chosen_once(learner, capsys):
     assert "Sección de predicción para 00-no-cap añadida" in capsys.readouterr().out
     assert progress.load(ROOT, learner)["lang"] == "es"
     experiment.predict("dead-config", learner, lang="en")  # a later --lang does not switch the notebook
-    assert "stays so" in capsys.readouterr().out
+    assert "seguirá así" in capsys.readouterr().out
     text = path.read_text(encoding="utf-8")
     assert "### Por qué lo creo" in text.split("## 01-dead-config")[1] and "Why I think so" not in text
     assert progress.load(ROOT, learner)["lang"] == "es"

@@ -19,14 +19,17 @@ from ..patching import apply_to_tree, is_applied, reset_in_tree, revert_in_tree
 from ..words import section
 from .. import screen
 
+EXERCISES = section("exercises")
 
-def list_breaks() -> None:
-    screen.console.print("[bold]The break catalogue[/]: `invoke exp ALIAS` runs one, `invoke break ALIAS` applies it")
+
+def list_breaks(lang: str = "en") -> None:
+    t = EXERCISES[lang]
+    screen.console.print(t["catalogue"])
     for brk in catalogue():
-        model = "real model" if brk.real_model else f"stand-in {brk.llm}"
-        applied = " [red](applied in your src/)[/]" if is_applied(brk) else ""
-        screen.console.print(f"  [bold]{brk.id:<20}[/] {escape(brk.title['en'])} [dim]({escape(model)})[/]{applied}",
-                      highlight=False)
+        model = t["real_model"] if brk.real_model else t["stand_in"].format(llm=brk.llm)
+        applied = f" [red]({t['applied_mark']})[/]" if is_applied(brk) else ""
+        screen.console.print(f"  [bold]{brk.id:<20}[/] {escape(brk.title[lang])} [dim]({escape(model)})[/]{applied}",
+                             highlight=False)
 
 
 def break_tree(variant: str, learner: str | None = None) -> None:
@@ -34,10 +37,11 @@ def break_tree(variant: str, learner: str | None = None) -> None:
     state_readable(learner)
     apply_to_tree(brk)
     _mark(learner, brk, broken_at=progress.now())
-    screen.console.print(f"[bold red]{brk.id}[/] applied to src/: {escape(brk.removes['en'])}.\n"
-                  f"Study the diff with `git diff src/`, then fix it yourself: `invoke watch {brk.alias}` runs its "
-                  f"guard tests on every save, `invoke hint {brk.alias}` gives one hint at a time. "
-                  f"`invoke fix {brk.alias}` reverts it exactly.")
+    lang = report_lang(learner)
+    t = EXERCISES[lang]
+    # Not "study the diff": the repair is an exercise, and the hints lead the way (issue 65)
+    screen.console.print(t["applied"].format(id=brk.id, removes=escape(brk.removes[lang])) + "\n"
+                         + escape(t["next"].format(alias=brk.alias)), highlight=False)
 
 
 def fix_tree(variant: str, learner: str | None = None) -> None:
@@ -45,7 +49,7 @@ def fix_tree(variant: str, learner: str | None = None) -> None:
     state_readable(learner)
     revert_in_tree(brk)
     _mark(learner, brk, broken_at=None, reverted_at=progress.now())
-    screen.console.print(f"[bold green]{brk.id}[/] reverted: src/ is as before the break.")
+    screen.console.print(EXERCISES[report_lang(learner)]["fixed"].format(id=brk.id), highlight=False)
 
 
 def state_readable(learner: str | None) -> None:
@@ -54,8 +58,9 @@ def state_readable(learner: str | None) -> None:
     if learner:
         moved = paths.migrate(ROOT, learner)
         if moved is not None:
-            screen.console.print(f"Your notebook moved, byte for byte, from {moved.relative_to(ROOT)} to "
-                          f"{paths.notebook_path(ROOT, learner).relative_to(ROOT)}.", markup=False, highlight=False)
+            screen.console.print(EXERCISES[report_lang(learner)]["moved"].format(
+                old=moved.relative_to(ROOT), new=paths.notebook_path(ROOT, learner).relative_to(ROOT)),
+                markup=False, highlight=False)
         progress.load(ROOT, learner)
 
 
@@ -64,8 +69,8 @@ def notebook_lang(learner: str, given: str | None = None) -> str:
     stored = progress.load(ROOT, learner).get("lang")
     lang = progress.learner_lang(ROOT, learner, given)  # refuses a bad --lang; remembers a first one
     if stored and lang != stored:
-        screen.console.print(f"Your notebook is in {stored!r}; it stays so (the lab does not rewrite it). "
-                      f"To change, edit learners/{learner}/progress.json.", markup=False, highlight=False)
+        screen.console.print(EXERCISES.get(stored, EXERCISES["en"])["stays"].format(stored=stored, learner=learner), markup=False,
+                             highlight=False)
     return stored or lang
 
 
