@@ -25,11 +25,11 @@ def labels(brk: Break) -> list[str]:
 
 def test_the_pieces_of_no_cap_are_each_removed_statement_and_each_term_of_the_cap_check():
     found = labels(NO_CAP)
-    assert "loop.py:152 without `self.turn_cap.check(self.stats.turns)`" in found
+    assert "loop.py:153 without `self.turn_cap.check(self.stats.turns)`" in found
     # the learner's fix that counted the breaker's discovery calls against the model's cap (issue 49's item 5)
-    assert "loop.py:207 without the term `- self.stats.forced_calls`" in found
-    assert "loop.py:142-143 without `if action.plan_steps: …`" in found  # a compound statement, whole
-    assert "loop.py:143 without `self.call_cap.declare_plan(action.plan_steps)`" in found  # and its body alone
+    assert "loop.py:208 without the term `- self.stats.forced_calls`" in found
+    assert "loop.py:143-144 without `if action.plan_steps: …`" in found  # a compound statement, whole
+    assert "loop.py:144 without `self.call_cap.declare_plan(action.plan_steps)`" in found  # and its body alone
     assert not any("one hunk" in label for label in found)  # its hunks only remove: their statements cover them
 
 
@@ -89,7 +89,7 @@ def runs(monkeypatch):
 
 def test_a_piece_whose_guard_tests_pass_is_reported_and_a_red_one_is_not(runs):
     assert checks.check_pieces(NO_CAP) == []
-    term = "loop.py:207 without the term `- self.stats.forced_calls`"
+    term = "loop.py:208 without the term `- self.stats.forced_calls`"
     runs["codes"] = {term: 0}
     assert checks.check_pieces(NO_CAP) == [
         f"a fix {term} passes its guard tests (or list it under [[check.cosmetic]] with why)"]
@@ -97,7 +97,7 @@ def test_a_piece_whose_guard_tests_pass_is_reported_and_a_red_one_is_not(runs):
 
 @pytest.mark.parametrize("code", [2, 4])
 def test_tests_that_cannot_import_the_piece_are_red_and_any_other_usage_error_is_the_checks(runs, code):
-    label = "loop.py:152 without `self.turn_cap.check(self.stats.turns)`"
+    label = "loop.py:153 without `self.turn_cap.check(self.stats.turns)`"
     runs["codes"] = {label: code}
     runs["out"] = "____ ERROR collecting tests/agent/test_guards.py ____\nNameError: name 'CapHit' is not defined"
     assert checks.check_pieces(NO_CAP) == []
@@ -107,7 +107,7 @@ def test_tests_that_cannot_import_the_piece_are_red_and_any_other_usage_error_is
 
 
 def test_a_cosmetic_piece_is_excused_only_while_it_passes_and_only_if_it_exists(runs):
-    term = "loop.py:207 without the term `- self.stats.forced_calls`"
+    term = "loop.py:208 without the term `- self.stats.forced_calls`"
     excused = Break(**{**vars(NO_CAP), "cosmetic": [{"piece": term, "why": {"en": "x", "es": "x"}}]})
     runs["codes"] = {term: 0}
     assert checks.check_pieces(excused) == []
