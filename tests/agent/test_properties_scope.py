@@ -47,6 +47,15 @@ made_up_words = st.text(alphabet="bdfgklmnprstvz", min_size=2, max_size=3).flatm
     lambda consonants: st.sampled_from("aeiou").map(lambda v: consonants[0] + v + consonants[1:] + "le"))
 
 
+def asked_of_the_loop(question: str, tools: FakeTools, en: str, es: str):
+    """The loop's run of ``question``; what the world was, in both languages, for `invoke counterexamples`."""
+    note("counterexample-json: " + json.dumps({
+        "en": f"{en}\nA model that takes the first option of every choice its turn's schema offers.",
+        "es": f"{es}\nUn modelo que toma la primera opción de cada elección que le ofrece el esquema de su turno.",
+    }, ensure_ascii=False))
+    return GrammarTutor(KeepsToTheSchema(), tools, TutorConfig()).run(question)
+
+
 @st.composite
 def outside(draw) -> tuple[str, str, str]:
     """(question, what its "no" names, kind): a made-up tense, or a word that is no verb."""
@@ -81,14 +90,9 @@ def test_a_question_outside_the_grammar_gets_a_no_that_names_what_it_lacks_and_n
     question, name, kind = asked
     what = {"tense": ("a tense the grammar lacks", "un tiempo que la gramática no tiene"),
             "verb": ("a word that is no verb the tool knows", "una palabra que no es un verbo que conozca la herramienta")}
-    note("counterexample-json: " + json.dumps({
-        "en": f"The question “{question}”: {what[kind][0]}, “{name}”.\n"
-              "A model that takes the first option of every choice its turn's schema offers.",
-        "es": f"La pregunta «{question}»: {what[kind][1]}, «{name}».\n"
-              "Un modelo que toma la primera opción de cada elección que le ofrece el esquema de su turno.",
-    }, ensure_ascii=False))
     tools = FakeTools()
-    outcome = GrammarTutor(KeepsToTheSchema(), tools, TutorConfig()).run(question)
+    outcome = asked_of_the_loop(question, tools, f"The question “{question}”: {what[kind][0]}, “{name}”.",
+                                f"La pregunta «{question}»: {what[kind][1]}, «{name}».")
     assert outcome.stop_reason == "out_of_grammar", f"ended {outcome.stop_reason}: {outcome.answer!r}"
     assert outcome.stats.turns <= 2 and f"'{name.lower()}'" in outcome.answer.lower(), outcome.answer
     assert len(tools.calls) == (0 if kind == "tense" else 1), "the no comes from the question, or the tool's refusal"
@@ -121,14 +125,9 @@ def test_a_question_with_nothing_to_conjugate_is_declined_before_any_call(shape,
     a una herramienta.
     """
     question = shape.format(noun=noun, place=place, adjective=adjective, year=year)
-    note("counterexample-json: " + json.dumps({
-        "en": f"The question “{question}”: nothing to conjugate.\n"
-              "A model that takes the first option of every choice its turn's schema offers.",
-        "es": f"La pregunta «{question}»: nada que conjugar.\n"
-              "Un modelo que toma la primera opción de cada elección que le ofrece el esquema de su turno.",
-    }, ensure_ascii=False))
     tools = FakeTools()
-    outcome = GrammarTutor(KeepsToTheSchema(), tools, TutorConfig()).run(question)
+    outcome = asked_of_the_loop(question, tools, f"The question “{question}”: nothing to conjugate.",
+                                f"La pregunta «{question}»: nada que conjugar.")
     assert outcome.stop_reason == "out_of_grammar", f"ended {outcome.stop_reason}: {outcome.answer!r}"
     assert outcome.stats.turns == 0 and tools.calls == []
     assert "I conjugate English verbs" in outcome.answer or "conjugo verbos ingleses" in outcome.answer
