@@ -116,6 +116,13 @@ def test_an_error_about_another_argument_is_no_refusal():
     assert err.value.refusal is None
 
 
+def test_a_refusal_of_a_kind_this_agent_does_not_know_is_said_in_the_tools_words():
+    """A server newer than the agent may refuse for a reason it cannot name: its sentence, never a traceback."""
+    refusal = {"code": "archaic", "word": "quoth", "is": [], "text": "'quoth' is archaic."}
+    assert refusal_text(refusal, "es") == refusal_text(refusal, "en") == "'quoth' is archaic."
+    assert refusal_text({"code": "archaic", "word": "quoth"}, "es") == "'quoth' is not a verb I can conjugate."
+
+
 @pytest.mark.parametrize("verb, tense, english, spanish", [
     ("comer", "past simple", "'comer' is a Spanish word, not an English verb: I conjugate English verbs.",
      "'comer' es una palabra española, no un verbo inglés: conjugo verbos ingleses."),

@@ -93,10 +93,11 @@ KINDS_ES = {"modal": "un verbo modal, que no tiene conjugación completa", "arti
 
 def refusal_text(refusal: dict, language: str) -> str:
     """Why the tool refused the word, in the question's language, from the refusal's data."""
-    if language != "es":
-        return refusal["text"]
+    template = REFUSED_ES.get(refusal.get("code", "")) if language == "es" else None
+    if template is None:  # English, or a code this agent does not know (another server's): the tool's own words
+        return refusal.get("text") or f"{refusal['word']!r} is not a verb I can conjugate."
     what = " o ".join(KINDS_ES.get(kind, kind) for kind in refusal.get("is", ()))
-    said = REFUSED_ES[refusal["code"]].format(word=refusal["word"], what=what)
+    said = template.format(word=refusal["word"], what=what)
     if refusal.get("instead"):
         said += (f" En su lugar, el inglés usa {refusal['instead']!r}: {refusal['example']}." if refusal["example"]
                  else f" En su lugar, el inglés usa {refusal['instead']!r}, en los tiempos simples y perfectos.")

@@ -258,7 +258,8 @@ class KVRuntime:
             self._lib.llama_memory_seq_cp(self.memory, 0, k + 1, 0, n)
         for j, token in enumerate(new):
             self._add(token, n + j, range(len(paths) + 1), last=j == len(new) - 1)
-        rows[()] = batch.n_tokens - 1
+        if new:
+            rows[()] = batch.n_tokens - 1
         for k, path in enumerate(paths):
             for j, token in enumerate(path):
                 self._add(token, n + len(new) + j, (k + 1,), last=j == len(path) - 1)
@@ -267,7 +268,7 @@ class KVRuntime:
             self._decode()
             self.evaluated += batch.n_tokens
             logits = {p: np.ctypeslib.as_array(self.ctx.get_logits_ith(r), shape=(self.n_vocab,)).copy()
-                      for p, r in rows.items() if p or new}
+                      for p, r in rows.items()}
         finally:  # the paths' sequences emptied, also when the deadline cut the decode short
             for k in range(len(paths)):
                 self._lib.llama_memory_seq_rm(self.memory, k + 1, -1, -1)
