@@ -111,10 +111,12 @@ class OutOfGrammar(Terminal):
     ``reason`` says so in the words the user reads (the tool's own, for a verb)."""
 
     stop_reason = "out_of_grammar"
+    # The kinds of no, each saying whether it names a word: a tense, a verb; nothing to conjugate, no tense named.
+    KINDS = {"tense": True, "verb": True, "nothing": False, "no_tense": False}
 
     def __init__(self, kind: str, word: str, reason: str) -> None:
         super().__init__(reason)
-        self.kind, self.word, self.reason = kind, word, reason  # kind: "tense", "verb", "nothing", "no_tense"
+        self.kind, self.word, self.reason = kind, word, reason  # kind: one of KINDS
 
 
 class InvalidInput(Terminal):

@@ -58,7 +58,7 @@ class Outcome:
     stop_reason: str
     stats: Stats
     final_answer: str = ""  # the model's answer in the final round after a limit (also inside ``answer``)
-    declined: str = ""  # out_of_grammar: the kind of no ("tense", "verb", "nothing", "no_tense")
+    declined: str = ""  # out_of_grammar: the kind of no (OutOfGrammar.KINDS)
 
 
 def grammar_tutor(

@@ -24,8 +24,7 @@ from ..settings import Settings
 DEFAULT_SET = Path("labs/01-tutor-end-to-end/eval.jsonl")
 _FORMAT = ('{"question": "...", "accept": ["she went", ...]} or {"question": "...", "decline": "<the word>"} '
            '(a no that names no word: {"question": "...", "decline_kind": "nothing"})')
-# The kinds of no (agent/scope.py); the last two name no word: nothing to conjugate, no tense named.
-DECLINE_KINDS = {"tense": True, "verb": True, "nothing": False, "no_tense": False}  # kind -> names a word
+DECLINE_KINDS = OutOfGrammar.KINDS  # kind of no -> whether it names a word
 
 
 @dataclass

@@ -103,7 +103,7 @@ class ScoredDecoder:
         try:
             prompt = self.prompt_text(scratchpad)
             prompt_tokens = self.rt.pending(self.tokens(prompt + partial))
-            if greedy is not None or partial:  # a scored walk evaluates the prompt with its first options instead
+            if greedy is not None:  # the scored walk evaluates the prompt with its first options or string
                 self.rt.sync(self.tokens(prompt + partial))
             if greedy is not None:
                 text, finished = greedy(prompt, schema, partial)

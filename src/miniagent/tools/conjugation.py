@@ -25,6 +25,8 @@ __all__ = [
     "conjugate",
     "subject_for",
     "modal_stand_in",
+    "modal_stand_in_parts",
+    "stand_in_sentence",
     "irregular_verbs",
     "preload",
 ]
@@ -262,7 +264,11 @@ def modal_stand_in_parts(verb: str, tense: str, person: str) -> dict:
 
 def modal_stand_in(verb: str, tense: str, person: str) -> str:
     """For a modal that has a usual stand-in, a sentence giving it in the tense asked for; else ""."""
-    parts = modal_stand_in_parts(verb, tense, person)
+    return stand_in_sentence(modal_stand_in_parts(verb, tense, person))
+
+
+def stand_in_sentence(parts: dict) -> str:
+    """The English sentence for :func:`modal_stand_in_parts`' data ("" for none)."""
     if not parts:
         return ""
     if not parts["example"]:

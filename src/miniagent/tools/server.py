@@ -113,11 +113,11 @@ def conjugate_text(verb: Any, tense: Any, person: Any) -> str:
         try:
             check(value)
         except cj.ConjugationError as exc:
-            stand_in = cj.modal_stand_in(value, tense_s, person_s) if name == "verb" else ""
+            parts = cj.modal_stand_in_parts(value, tense_s, person_s) if name == "verb" else {}
+            stand_in = cj.stand_in_sentence(parts)
             said = f"{exc} {stand_in}" if stand_in else _with_hint(str(exc), name)
             # The refusal as data, with the sentence that says it in English: the agent's no is made from it
-            refusal = exc.refusal and {**exc.refusal, **cj.modal_stand_in_parts(value, tense_s, person_s),
-                                       "text": f"{exc} {stand_in}".strip()}
+            refusal = exc.refusal and {**exc.refusal, **parts, "text": f"{exc} {stand_in}".strip()}
             raise ToolInputError(said, refusal) from None
     try:
         phrase = cj.conjugate(verb_s, tense_s, person_s)

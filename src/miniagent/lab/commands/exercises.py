@@ -69,8 +69,8 @@ def notebook_lang(learner: str, given: str | None = None) -> str:
     stored = progress.load(ROOT, learner).get("lang")
     lang = progress.learner_lang(ROOT, learner, given)  # refuses a bad --lang; remembers a first one
     if stored and lang != stored:
-        screen.console.print(EXERCISES.get(stored, EXERCISES["en"])["stays"].format(stored=stored, learner=learner), markup=False,
-                             highlight=False)
+        said = EXERCISES.get(stored, EXERCISES["en"])["stays"].format(stored=stored, learner=learner)
+        screen.console.print(said, markup=False, highlight=False)
     return stored or lang
 
 
